@@ -1,0 +1,32 @@
+# longctx — two commands on a fresh machine (Python 3.11 and the package registries):
+#   make        install, build the data, run every notebook headless at the `cpu` size into build/
+#   make test   install, build the data, run the test suite (every notebook at the `ci` size included)
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: all lessons data test lab clean
+all: lessons
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (longctx)" >/dev/null
+	touch $@
+
+data: $(STAMP)
+	$(BIN)/longctx data
+
+lessons: data
+	$(BIN)/longctx all --size cpu
+
+test: data
+	$(BIN)/pytest -q
+
+lab: data
+	$(BIN)/pip install --quiet 'jupyterlab>=4.2'
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf build

@@ -1,0 +1,27 @@
+"""longctx: the helper library behind the long-context training lessons."""
+
+from .errors import LongctxError
+
+__version__ = "0.1.0"
+
+
+def versions() -> dict:
+    """The library versions a result was produced with, and the device it ran on."""
+    import accelerate
+    import torch
+    import transformers
+    import trl
+
+    return {
+        "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+        "accelerate": accelerate.__version__, "longctx": __version__, "device": device(),
+    }
+
+
+def device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+__all__ = ["LongctxError", "versions", "device", "__version__"]

@@ -1,0 +1,80 @@
+"""Gradient accumulation, checked on real Trainer runs: k micro-batches of b give the gradient of one
+batch of k·b, provided each micro-batch's loss is divided by k (or, as transformers does, every
+token's loss by the number of tokens in the whole accumulated batch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .train import TrainConfig, make_trainer
+
+
+@dataclass
+class AccumulationCheck:
+    batch: int
+    micro_batch: int
+    steps: int
+    max_abs_diff: float  # one batch vs accumulated micro-batches (Trainer runs)
+    grad_norm_batch: float
+    grad_norm_accumulated: float
+    grad_norm_undivided: float  # a hand-written loop that forgets the division
+    undivided_ratio: float
+
+
+def _captured_grads(model_fn, dataset, cfg: TrainConfig, processing_class) -> dict[str, torch.Tensor]:
+    """Run one optimizer step through a real SFTTrainer and keep the gradients the optimizer would see."""
+    from transformers import TrainerCallback
+
+    grads: dict[str, torch.Tensor] = {}
+    model = model_fn()
+
+    class Capture(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            grads.update({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+    make_trainer(model, dataset, cfg, processing_class=processing_class, callbacks=[Capture()]).train()
+    return grads
+
+
+def _norm(grads: dict[str, torch.Tensor]) -> float:
+    return float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())))
+
+
+def check_accumulation(model_fn, dataset, *, micro_batch: int = 8, steps: int = 4, output_dir: str,
+                       processing_class=None, seed: int = 0) -> AccumulationCheck:
+    """Gradient of one batch of micro_batch·steps vs `steps` accumulated micro-batches, both through
+    SFTTrainer (one optimizer step each, gradient clipping off so the raw gradients are compared),
+    and the same accumulation written by hand without dividing by `steps`."""
+    common = dict(max_steps=1, max_grad_norm=0.0, seed=seed, logging_steps=1, extra={"disable_tqdm": True})
+    big = _captured_grads(model_fn, dataset, TrainConfig(
+        output_dir=f"{output_dir}/batch", per_device_train_batch_size=micro_batch * steps, **common), processing_class)
+    acc = _captured_grads(model_fn, dataset, TrainConfig(
+        output_dir=f"{output_dir}/accumulated", per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=steps, **common), processing_class)
+    diff = max(float((big[n] - acc[n]).abs().max()) for n in big)
+    undivided = _undivided_grads(model_fn, dataset, micro_batch, steps, big_order=_order(dataset, seed))
+    return AccumulationCheck(
+        batch=micro_batch * steps, micro_batch=micro_batch, steps=steps, max_abs_diff=diff,
+        grad_norm_batch=_norm(big), grad_norm_accumulated=_norm(acc), grad_norm_undivided=_norm(undivided),
+        undivided_ratio=_norm(undivided) / _norm(big),
+    )
+
+
+def _order(dataset, seed: int) -> list[int]:
+    """The sample order the Trainer's seeded RandomSampler draws for the first epoch."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return torch.randperm(len(dataset), generator=g).tolist()
+
+
+def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, big_order: list[int]):
+    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide."""
+    model = model_fn()
+    model.train()
+    ids = torch.tensor(dataset["input_ids"])[big_order[: micro_batch * steps]]
+    for i in range(steps):
+        chunk = ids[i * micro_batch:(i + 1) * micro_batch]
+        model(input_ids=chunk, labels=chunk).loss.backward()  # missing: / steps
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}

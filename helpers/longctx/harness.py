@@ -1,0 +1,176 @@
+"""Execute lesson notebooks headless through papermill, at a named size, with checked parameters.
+
+Each notebook has one cell tagged `parameters`; `notebooks/params/<notebook>/<size>.yaml` holds the
+values for a size (ci: the tests, seconds; cpu: the lesson on a laptop, minutes; gpu: full size).
+Every override is checked against the notebook's own parameter cell before a kernel starts.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import LongctxError
+from .paths import build_dir, notebooks_dir
+
+SIZES = ("ci", "cpu", "gpu")
+
+
+def notebooks() -> dict[str, Path]:
+    """The lesson notebooks by name (file stem), in order."""
+    return {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}
+
+
+def resolve(name: str) -> Path:
+    """A notebook from its stem ('01_chunked_loss'), its number ('01') or its title ('chunked_loss')."""
+    found = notebooks()
+    stem = Path(name).stem
+    if stem in found:
+        return found[stem]
+    matches = [p for s, p in found.items() if s.split("_", 1)[0] == stem or s.split("_", 1)[1] == stem]
+    if len(matches) == 1:
+        return matches[0]
+    raise LongctxError(f"Unknown notebook {name!r}. Available: {', '.join(found) or '(none)'}.")
+
+
+def sizes(notebook: Path) -> list[str]:
+    folder = notebooks_dir() / "params" / notebook.stem
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def size_params(notebook: Path, size: str) -> dict:
+    path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
+    if not path.exists():
+        raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
+                           f"(files in notebooks/params/{notebook.stem}/).")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def declared_parameters(notebook: Path) -> dict:
+    """The names and default values of the notebook's `parameters` cell."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise LongctxError(f"{notebook.name} must have exactly one cell tagged 'parameters' (found {len(cells)}).")
+    declared = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            declared[node.targets[0].id] = ast.literal_eval(node.value)
+    return declared
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """`key=value` strings → values parsed as YAML scalars/lists (so 4096 is an int, 1e-3 a float)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise LongctxError(f"Parameter override {pair!r} is not of the form KEY=VALUE.")
+        key, raw = pair.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise LongctxError(f"Cannot parse the value of {key}: {raw!r} ({exc}).") from None
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string; Python's literal syntax does not
+            try:
+                value = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                pass
+        out[key.strip()] = value
+    return out
+
+
+def _type_ok(default, value) -> bool:
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
+def check_parameters(notebook: Path, values: dict) -> None:
+    declared = declared_parameters(notebook)
+    for key, value in values.items():
+        if key not in declared:
+            raise LongctxError(f"{notebook.stem} has no parameter {key!r}. Its parameters: {', '.join(declared)}.")
+        if not _type_ok(declared[key], value):
+            raise LongctxError(f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
+                               f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}.")
+
+
+@dataclass
+class RunResult:
+    notebook: str
+    size: str
+    out: Path
+    executed: Path
+    results: dict
+    seconds: float
+
+
+def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Path | None = None,
+        progress: bool = True, kernel: str | None = None) -> RunResult:
+    """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/)."""
+    import papermill as pm
+
+    if size not in SIZES:
+        raise LongctxError(f"Unknown size {size!r}; use one of {', '.join(SIZES)}.")
+    notebook = resolve(name)
+    params = size_params(notebook, size)
+    params.update(overrides or {})
+    check_parameters(notebook, params)
+    out = Path(out or build_dir() / notebook.stem)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    results_path.unlink(missing_ok=True)  # a failed run must not leave an older result looking fresh
+    executed = out / notebook.name
+    env_before = {k: os.environ.get(k) for k in ("LONGCTX_OUT", "LONGCTX_FIGURES", "LONGCTX_SIZE")}
+    os.environ.update(LONGCTX_OUT=str(out), LONGCTX_FIGURES=str(out / "figures"), LONGCTX_SIZE=size)
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=str(out), progress_bar=progress,
+                            kernel_name=kernel, log_output=False, request_save_on_cell_execute=False)
+    except pm.PapermillExecutionError as exc:
+        raise LongctxError(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
+                           f"The executed notebook is at {executed}.") from None
+    finally:
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    seconds = time.perf_counter() - start
+    if not results_path.exists():
+        raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
+    return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), seconds)
+
+
+def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = True) -> list[RunResult]:
+    """The main job: every notebook at `size`, each into build/<notebook>/."""
+    chosen = [resolve(n) for n in names] if names else list(notebooks().values())
+    for nb in chosen:  # check every size file exists before spending minutes on the first notebook
+        check_parameters(nb, size_params(nb, size))
+    results = []
+    for nb in chosen:
+        print(f"== {nb.stem} ({size})", flush=True)
+        r = run(nb.stem, size, progress=progress)
+        print(f"   {r.seconds:.0f} s → {r.out}", flush=True)
+        results.append(r)
+    return results
+
+
+def clean(out: Path) -> None:
+    if out.exists():
+        shutil.rmtree(out)

@@ -1,0 +1,79 @@
+"""Where training memory goes before activations: weights, gradients, optimizer state.
+
+The arithmetic of the fine-tuning primer, written so that the same function can be checked byte for
+byte against a measured step: it counts AdamW's two moment tensors per trainable element and its one
+scalar `step` tensor per trainable parameter tensor (a detail that matters for an exact match on a
+tiny model and vanishes on a 7B one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import LongctxError
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "nf4": 0.5}
+METHODS = ("full", "lora", "qlora")
+GB = 1e9  # the primer quotes decimal gigabytes
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Budget:
+    method: str
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+    def as_dict(self, unit: float = 1.0) -> dict:
+        d = {k: v / unit if isinstance(v, (int, float)) else v for k, v in asdict(self).items()}
+        d["total"] = self.total / unit
+        return d
+
+
+def training_budget(
+    n_params: float,
+    method: str = "full",
+    *,
+    weight_dtype: str = "bf16",
+    grad_dtype: str | None = None,
+    state_dtype: str = "fp32",
+    trainable_params: float = 0,
+    trainable_tensors: int = 0,
+    adapter_dtype: str | None = None,
+) -> Budget:
+    """Bytes for weights, gradients and AdamW state, before any activation.
+
+    full:  every weight is trained; gradients in `grad_dtype` (default: the weight dtype).
+    lora:  the base weights are frozen (no gradient, no optimizer state); `trainable_params` adapter
+           weights in `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.
+    qlora: as lora, with the frozen base stored in 4 bits (`weight_dtype="nf4"`).
+    `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor.
+    """
+    if method not in METHODS:
+        raise LongctxError(f"Unknown method {method!r}; use one of {', '.join(METHODS)}.")
+    for name, dt in (("weight_dtype", weight_dtype), ("grad_dtype", grad_dtype), ("state_dtype", state_dtype),
+                     ("adapter_dtype", adapter_dtype)):
+        if dt is not None and dt not in BYTES:
+            raise LongctxError(f"Unknown {name} {dt!r}; use one of {', '.join(BYTES)}.")
+    if method == "qlora" and weight_dtype != "nf4":
+        raise LongctxError("QLoRA stores the base in 4 bits: pass weight_dtype='nf4' (or method='lora').")
+    if method != "full" and trainable_params <= 0:
+        raise LongctxError(f"method={method!r} needs trainable_params (the adapter's parameter count) > 0.")
+    step_bytes = trainable_tensors * BYTES["fp32"]
+    if method == "full":
+        g = BYTES[grad_dtype or weight_dtype]
+        return Budget(method, n_params * BYTES[weight_dtype], n_params * g,
+                      n_params * 2 * BYTES[state_dtype] + step_bytes)
+    a = BYTES[adapter_dtype or ("bf16" if weight_dtype == "nf4" else weight_dtype)]
+    return Budget(method, n_params * BYTES[weight_dtype] + trainable_params * a, trainable_params * a,
+                  trainable_params * 2 * BYTES[state_dtype] + step_bytes)
+
+
+def lora_params(hidden_sizes: list[tuple[int, int]], rank: int) -> int:
+    """Adapter size: each adapted (in, out) matrix gains rank × (in + out) weights."""
+    return sum(rank * (i + o) for i, o in hidden_sizes)

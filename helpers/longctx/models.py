@@ -1,0 +1,107 @@
+"""Model presets: tiny Qwen3-shaped models for the CPU, and full-size Qwen3 configurations.
+
+The full-size configurations are written out from the published Qwen3 hyperparameters so that the
+estimator can build them without the hub. `load()` takes a preset name (random weights), a local path
+or a hub id (real weights, for users with the network).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LongctxError
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    hub_id: str | None = None  # where the real weights live, for users with the network
+    config: dict = field(default_factory=dict)
+
+
+_QWEN3_COMMON = dict(
+    vocab_size=151936, head_dim=128, num_key_value_heads=8, hidden_act="silu", rms_norm_eps=1e-6,
+    max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+    attention_bias=False, attention_dropout=0.0, use_sliding_window=False, bos_token_id=151643,
+    eos_token_id=151645,
+)
+_TINY_COMMON = dict(
+    hidden_act="silu", rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+    attention_bias=False, attention_dropout=0.0, use_sliding_window=False, tie_word_embeddings=True,
+    # the corpus tokenizer's only special token, <|endoftext|>, is id 0
+    bos_token_id=None, eos_token_id=0, pad_token_id=0,
+)
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in [
+        Preset("tiny", "2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU",
+               config=dict(_TINY_COMMON, vocab_size=4096, hidden_size=64, intermediate_size=192,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           max_position_embeddings=2048)),
+        Preset("small", "4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse",
+               config=dict(_TINY_COMMON, vocab_size=4096, hidden_size=128, intermediate_size=384,
+                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                           max_position_embeddings=4096)),
+        Preset("tiny-qwen-vocab", "the tiny body with Qwen3's 151,936-token vocabulary: the logits dominate",
+               config=dict(_TINY_COMMON, vocab_size=151936, hidden_size=64, intermediate_size=192,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           max_position_embeddings=40960)),
+        Preset("qwen3-0.6b", "Qwen3-0.6B: 28 layers, hidden 1024", "Qwen/Qwen3-0.6B",
+               dict(_QWEN3_COMMON, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                    num_attention_heads=16, tie_word_embeddings=True)),
+        Preset("qwen3-4b", "Qwen3-4B: 36 layers, hidden 2560", "Qwen/Qwen3-4B",
+               dict(_QWEN3_COMMON, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                    num_attention_heads=32, tie_word_embeddings=True)),
+        Preset("qwen3-8b", "Qwen3-8B: 36 layers, hidden 4096", "Qwen/Qwen3-8B",
+               dict(_QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                    num_attention_heads=32, tie_word_embeddings=False)),
+    ]
+}
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise LongctxError(f"Unknown model preset {name!r}. Valid presets: {', '.join(PRESETS)}; "
+                           "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'.") from None
+
+
+def config(spec: str, **overrides):
+    """A transformers config for a preset name, a config.json / model folder, or a hub id."""
+    from transformers import AutoConfig, Qwen3Config
+
+    if spec in PRESETS:
+        return Qwen3Config(**{**preset(spec).config, **overrides})
+    path = Path(spec)
+    if path.is_file():
+        return AutoConfig.from_pretrained(str(path.parent) if path.name == "config.json" else str(path), **overrides)
+    if path.is_dir() or _HUB_ID.match(spec):
+        return AutoConfig.from_pretrained(spec, **overrides)
+    preset(spec)  # raises with the list of presets
+
+
+def load(spec: str, *, dtype=None, seed: int = 0, **overrides):
+    """A causal LM: a preset gets random weights (seeded); a path or hub id loads real weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = dtype or torch.float32
+    if spec in PRESETS:
+        torch.manual_seed(seed)
+        cfg = config(spec, **overrides)
+        return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    path = Path(spec)
+    if path.exists() or _HUB_ID.match(spec):
+        return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, **overrides)
+    preset(spec)  # raises with the list of presets
+
+
+def n_params(model, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,87 @@
+"""What every lesson notebook does at its start and end: versions, an output folder, results.json.
+
+A notebook calls `session = longctx.notebook.start("00_memory_primer", params)` in its first code cell
+after the parameters, records the scalars it claims with `session.record(...)`, and ends with
+`session.save()`. Executed by `longctx run`, the output folder is the one the harness chose
+(LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import versions
+from .paths import build_dir
+
+
+def _jsonable(value):
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write to a temporary file and rename: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(_jsonable(payload), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+@dataclass
+class Session:
+    notebook: str
+    params: dict
+    out: Path
+    results: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def figures(self) -> Path:
+        path = self.out / "figures"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def record(self, **values) -> dict:
+        """Keep scalars (or small dicts/lists of them) for results.json; returns them for display."""
+        self.results.update(_jsonable(values))
+        return values
+
+    def save(self) -> Path:
+        payload = {
+            "notebook": self.notebook, "params": self.params, "versions": versions(),
+            "python": platform.python_version(), "seconds": time.time() - self.started, "results": self.results,
+        }
+        path = self.out / "results.json"
+        write_json_atomic(path, payload)
+        return path
+
+
+def start(notebook: str, params: dict) -> Session:
+    """Print versions and device, pick the output folder, and return the session that collects results."""
+    out = Path(os.environ.get("LONGCTX_OUT") or build_dir() / notebook / "interactive")
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("LONGCTX_FIGURES", str(out / "figures"))
+    v = versions()
+    print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
+    return Session(notebook, dict(params), out)
+
+
+def parameters(namespace: dict) -> dict:
+    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides)."""
+    return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_")
+            and isinstance(v, (int, float, str, bool, list, tuple, type(None)))}

@@ -1,0 +1,172 @@
+"""Drive real TRL trainers from a small config object, with CPU defaults that work.
+
+DESIGN.md's measured traps, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its
+learning rate (2e-5) is too low for a model trained from scratch, gradient checkpointing is on by
+default, and pinned memory warns without an accelerator. In trl 1.16 SFTTrainer always computes the
+loss with its chunked ("fused") LM head; `loss="plain"` gives the guide's baseline instead: the model's
+own forward with `labels=`, which materialises the full sequence × vocabulary logits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import LongctxError
+
+LOSSES = ("chunked", "plain")
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str
+    max_steps: int = 10
+    num_train_epochs: float = 1.0
+    per_device_train_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-3
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    loss: str = "chunked"  # "chunked": TRL's fused LM head; "plain": model(labels=...) with full logits
+    gradient_checkpointing: bool = False
+    bf16: bool | None = None  # None: on where the device supports it
+    max_length: int | None = None
+    eval_steps: int | None = None  # set → eval_strategy="steps"
+    save_steps: int | None = None
+    load_best_model_at_end: bool = False
+    logging_steps: int = 1
+    shuffle: bool = True
+    extra: dict = field(default_factory=dict)  # any further SFTConfig field
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise LongctxError(f"Unknown loss {self.loss!r}; use 'chunked' (TRL's fused head) or 'plain'.")
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise LongctxError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
+        if self.load_best_model_at_end and not self.eval_steps:
+            raise LongctxError("load_best_model_at_end needs eval_steps (evaluation every N steps).")
+
+    def sft_config(self):
+        """The trl.SFTConfig this object stands for."""
+        import torch
+        from trl import SFTConfig
+
+        bf16 = self.bf16
+        if bf16 is None:
+            bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        if bf16 and not torch.cuda.is_available():
+            raise LongctxError("bf16=True needs a GPU with bf16 support; on the CPU use bf16=False (fp32).")
+        evaluating = bool(self.eval_steps)
+        kwargs = dict(
+            output_dir=self.output_dir, max_steps=self.max_steps, num_train_epochs=self.num_train_epochs,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            per_device_eval_batch_size=self.per_device_train_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps, learning_rate=self.learning_rate,
+            lr_scheduler_type=self.lr_scheduler_type, warmup_steps=self.warmup_steps,
+            weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm, seed=self.seed, data_seed=self.seed,
+            bf16=bf16, use_cpu=not torch.cuda.is_available(),
+            # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
+            activation_checkpointing=self.gradient_checkpointing,
+            max_length=self.max_length, logging_steps=self.logging_steps, report_to="none",
+            dataloader_pin_memory=False, disable_tqdm=False,
+            eval_strategy="steps" if evaluating else "no", eval_steps=self.eval_steps,
+            save_strategy="steps" if (self.save_steps or self.load_best_model_at_end) else "no",
+            save_steps=self.save_steps or self.eval_steps or 500,
+            load_best_model_at_end=self.load_best_model_at_end, metric_for_best_model="eval_loss",
+            greater_is_better=False, save_only_model=True,
+        )
+        kwargs.update(self.extra)
+        return SFTConfig(**kwargs)
+
+
+@dataclass
+class TrainResult:
+    losses: list[float]  # training loss per logged step
+    steps: list[int]
+    eval_steps: list[int]
+    eval_losses: list[float]
+    seconds: float
+    seconds_per_step: float
+    output_dir: str
+    best_checkpoint: str | None
+    best_eval_loss: float | None
+    config: dict
+
+    def summary(self) -> dict:
+        d = asdict(self)
+        d.pop("config")
+        return d
+
+
+def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,
+                 callbacks=None):
+    """A real trl.SFTTrainer (or the plain-loss subclass) for `model` and pre-tokenized datasets."""
+    from trl import SFTTrainer
+
+    cls = plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer
+    if cfg.eval_steps and eval_dataset is None:
+        raise LongctxError("eval_steps is set but no eval_dataset was given.")
+    trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, eval_dataset=eval_dataset,
+                  processing_class=processing_class, callbacks=callbacks)
+    if not cfg.shuffle:
+        trainer._get_train_sampler = lambda *a, **k: _sequential(trainer.train_dataset)
+    return trainer
+
+
+def _sequential(dataset):
+    import torch
+
+    return torch.utils.data.SequentialSampler(dataset)
+
+
+def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,
+            callbacks=None) -> TrainResult:
+    """Build the trainer, train, and return losses, the eval curve, timings and paths."""
+    trainer = make_trainer(model, train_dataset, cfg, eval_dataset=eval_dataset,
+                           processing_class=processing_class, callbacks=callbacks)
+    start = time.perf_counter()
+    out = trainer.train()
+    seconds = time.perf_counter() - start
+    return result_of(trainer, seconds, out.global_step, cfg)
+
+
+def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig) -> TrainResult:
+    history = trainer.state.log_history
+    train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
+    eval_rows = [r for r in history if "eval_loss" in r]
+    best = trainer.state.best_metric
+    return TrainResult(
+        losses=[float(r["loss"]) for r in train_rows], steps=[int(r["step"]) for r in train_rows],
+        eval_steps=[int(r["step"]) for r in eval_rows], eval_losses=[float(r["eval_loss"]) for r in eval_rows],
+        seconds=seconds, seconds_per_step=seconds / max(global_step, 1), output_dir=str(Path(cfg.output_dir)),
+        best_checkpoint=trainer.state.best_model_checkpoint,
+        best_eval_loss=None if best is None or math.isnan(best) else float(best), config=asdict(cfg),
+    )
+
+
+@lru_cache(maxsize=None)
+def plain_loss_trainer_class():
+    """SFTTrainer subclass for loss='plain' (built lazily: importing trl is slow)."""
+    from trl import SFTTrainer
+
+    class PlainLossSFTTrainer(SFTTrainer):
+        """SFTTrainer whose loss is the model's own: full logits, then cross-entropy (the guide's baseline)."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = {k: v for k, v in inputs.items() if k != "fused_lm_head"}
+            inputs["use_cache"] = False
+            kwargs = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
+            outputs = model(**inputs, **kwargs)
+            loss = outputs.loss
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes
+            return (loss, outputs) if return_outputs else loss
+
+    return PlainLossSFTTrainer

@@ -1,0 +1,26 @@
+import pytest
+
+from longctx import LongctxError
+from longctx.memory import budget
+
+
+def test_seven_b_primer_figures():
+    # The lesson: 7e9 weights, 40e6 LoRA weights; 12 bytes per trained weight (bf16 w + bf16 g + 2 fp32 moments).
+    full = budget.training_budget(7e9, "full").total
+    lora = budget.training_budget(7e9, "lora", trainable_params=40e6).total
+    qlora = budget.training_budget(7e9, "qlora", weight_dtype="nf4", trainable_params=40e6).total
+    assert full == 7e9 * (2 + 2 + 8)
+    assert lora == 7e9 * 2 + 40e6 * (2 + 2 + 8)
+    assert qlora == 7e9 * 0.5 + 40e6 * (2 + 2 + 8)
+    assert round(full / 1e9) == 84 and round(lora / 1e9) == 14 and round(qlora / 1e9) == 4
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(method="dora"), "Unknown method"),
+    (dict(method="lora"), "trainable_params"),
+    (dict(method="qlora", trainable_params=1), "4 bits"),
+    (dict(weight_dtype="fp8"), "Unknown weight_dtype"),
+])
+def test_bad_budget_arguments(kwargs, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        budget.training_budget(1e6, **kwargs)

@@ -1,0 +1,55 @@
+"""Every notebook runs headless at the `ci` size; its results.json is checked here."""
+
+import nbformat
+import pytest
+
+from longctx import harness
+
+NOTEBOOKS = list(harness.notebooks())
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_clean(name):
+    nb = nbformat.read(harness.notebooks()[name], as_version=4)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{name}: cells {dirty} have outputs or execution counts; clear them before committing"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_one_parameters_cell(name):
+    assert harness.declared_parameters(harness.notebooks()[name])
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    cache = {}
+
+    def run(name):
+        if name not in cache:
+            cache[name] = harness.run(name, "ci", out=tmp_path_factory.mktemp(name), progress=False)
+        return cache[name]
+
+    return run
+
+
+def test_00_memory_primer(ran):
+    r = ran("00_memory_primer")
+    res = r.results["results"]
+    assert r.results["versions"]["torch"].startswith("2.13.0")
+    # the calculator and the measured step agree to the byte
+    assert res["full_exact"] and res["lora_exact"]
+    assert res["full_measured_bytes"] == res["full_calculated_bytes"]
+    assert res["lora_measured_bytes"]["gradients"] < res["full_measured_bytes"]["gradients"] / 10
+    assert round(res["seven_b_gb"]["full"]) == 84 and round(res["seven_b_gb"]["LoRA"]) == 14
+    assert round(res["seven_b_gb"]["QLoRA"]) == 4
+    # accumulation: same gradient within fp32 rounding; forgetting the division multiplies it by the steps
+    assert res["accumulation_max_abs_diff"] <= 1e-6
+    assert res["accumulation_undivided_ratio"] == pytest.approx(r.results["params"]["ACCUM_STEPS"], rel=1e-5)
+    assert res["bf16_param_ratio"] == 0.5
+    assert res["checkpointing_activation_ratio"] < 1
+    # the model held after training is the best checkpoint
+    assert res["best_eval_loss"] == pytest.approx(min(res["eval_losses"]), abs=1e-7)
+    assert res["reevaluated_loss"] == pytest.approx(res["best_eval_loss"], abs=1e-5)
+    assert res["best_checkpoint_weight_diff"] == 0.0
+    figures = {p.stem for p in (r.out / "figures").glob("*.png")}
+    assert {"primer_budget_7b", "primer_step_profile", "primer_train_eval"} <= figures
