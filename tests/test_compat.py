@@ -32,3 +32,29 @@ def test_frozen_params_tracker_counts_only_trainable_gradients():
     grads = {k.value: v for k, v in snap.items() if hasattr(k, "value")}["Gradient"]
     trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     assert grads == trainable
+
+
+def test_packed_sequence_check_still_fires_on_fake_tensors():
+    """transformers 5.24.0 returns a packed-sequence index for fake tensors even for one plain sequence.
+    When this fails, upstream returns None there too: drop compat.fake_tensor_training's patch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import masking_utils
+
+    with FakeTensorMode():
+        position_ids = torch.arange(16).unsqueeze(0)
+        assert masking_utils.find_packed_sequence_indices(position_ids) is not None
+    assert masking_utils.find_packed_sequence_indices(torch.arange(16).unsqueeze(0)) is None
+
+
+def test_fused_head_tile_globals_still_exist():
+    """trl 1.16.0 sizes the fused head's tile by two module globals (4096 × 32768). When this fails, the
+    knob moved: update compat.fused_head_tiles."""
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils as trl_utils
+
+    from longctx.compat import fused_head_tiles
+
+    assert (chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE) == (4096, 32768)
+    with fused_head_tiles(256, 1024):
+        assert (chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE) == (256, 1024)
+    assert chunked_logprob.TOKEN_CHUNK_SIZE == 4096

@@ -47,6 +47,37 @@ def _cmd_presets(args) -> None:
         print(f"{p.name:16s} {p.description}" + (f"  (weights: {p.hub_id})" if p.hub_id else ""))
 
 
+def parse_length(text: str) -> int:
+    """'98304', '96k' (×1024) or '1M' (×1,048,576) → tokens."""
+    scale = {"k": 1024, "m": 1024**2}.get(text[-1:].lower(), 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        value = int(digits) * scale
+    except ValueError:
+        raise LongctxError(f"Sequence length {text!r} is not a positive integer (e.g. 98304, 96k or 1M).") from None
+    if value <= 0:
+        raise LongctxError(f"Sequence length must be positive, got {text!r}.")
+    return value
+
+
+def _cmd_estimate(args) -> None:
+    from . import versions
+    from .memory.estimate import estimate
+
+    profile = estimate(args.model, parse_length(args.seq_len), loss=args.loss, checkpointing=not args.no_checkpointing,
+                       offload=args.offload, dtype=args.dtype, batch=args.batch)
+    summary = profile.summary()
+    summary["versions"] = versions()
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(f"{args.model} at {profile.meta['seq_len']:,} tokens ({args.loss} loss, "
+              f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
+              f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
+              f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
+              f"host {summary['host_gib']:.2f} GiB")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", default="cpu")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_cmd_all)
+
+    p = sub.add_parser("estimate", help="estimate a training step's memory on fake tensors (no allocation)")
+    p.add_argument("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
+    p.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
+    p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
+    p.add_argument("--no-checkpointing", action="store_true", help="keep every activation (no recomputation)")
+    p.add_argument("--offload", action="store_true", help="offload checkpointed layer inputs to host memory")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_estimate)
 
     sub.add_parser("list", help="the notebooks and their sizes").set_defaults(func=_cmd_list)
     sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)

@@ -7,6 +7,8 @@ can be dropped or revised when a pin moves). Nothing here is applied at import t
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 
@@ -36,3 +38,45 @@ class FrozenParamsMemTracker(MemTracker):
             self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
 
         return hook
+
+
+@contextlib.contextmanager
+def fake_tensor_training():
+    """Patches needed to run a transformers training step under FakeTensorMode (the estimator).
+
+    transformers 5.24.0: `masking_utils.find_packed_sequence_indices` treats fake tensors as "tracing"
+    (`is_tracing`) and then always returns a packed-sequence index tensor, which makes the SDPA mask
+    builder materialise an L×L mask that a real (eager) step never builds: +28 GiB at 96k tokens.
+    Under this context it returns None, what eager returns for one unpacked sequence per row.
+    Test: test_compat.py::test_packed_sequence_check_still_fires_on_fake_tensors.
+    """
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
+@contextlib.contextmanager
+def fused_head_tiles(tokens: int | None = None, vocab: int | None = None):
+    """Set the tile of TRL's chunked (fused) LM head for the duration of the context.
+
+    trl 1.16.0 exposes no argument for it: the tile is `[TOKEN_CHUNK_SIZE, _CHUNKED_LOGPROB_CHUNK_SIZE]`
+    (4096 × 32768), two module globals (`trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE`,
+    `trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE`) read at call time. On a CPU miniature a 4096-token
+    tile covers the whole sequence, so the lesson shrinks it to show what chunking buys.
+    Test: test_compat.py::test_fused_head_tile_globals_still_exist.
+    """
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils as trl_utils
+
+    before = chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE
+    chunked_logprob.TOKEN_CHUNK_SIZE = tokens or before[0]
+    trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = vocab or before[1]
+    try:
+        yield
+    finally:
+        chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = before

@@ -74,27 +74,81 @@ def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("paramet
     return ax
 
 
-def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None):
-    """A step's live memory over time as stacked categories, with the phases shaded and the peak marked."""
+def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None, capacity: float | None = None):
+    """A step's live memory over time as stacked categories, phases shaded, the peak marked.
+
+    Where the profile counts decoder layers' saved inputs (`bands`), each one is drawn as its own thin
+    band inside the activations, as in the guide's figures: they stack up through the forward pass and
+    drain through the backward pass."""
     ax = _axes(ax)
-    t = np.arange(len(profile.timeline))
-    data = profile.timeline.T / unit
-    keep = [i for i, c in enumerate(CATEGORIES) if data[i].any()]
-    ax.stackplot(t, data[keep], labels=[CATEGORIES[i] for i in keep],
-                 colors=[COLORS[CATEGORIES[i]] for i in keep], linewidth=0)
+    rows = _peak_preserving_rows(profile.timeline.sum(axis=1))
+    timeline, bands = profile.timeline[rows], profile.bands[rows] if profile.bands is not None else None
+    t = rows
+    cols = {c: timeline[:, i].astype(float) / unit for i, c in enumerate(CATEGORIES)}
+    bottom = np.zeros(len(t))
+    has_bands = bands is not None and profile.band_bytes and bands.any()
+    for cat in CATEGORIES:
+        values = cols[cat]
+        if not values.any():
+            continue
+        if cat == "activations" and has_bands:
+            band = profile.band_bytes / unit
+            for k in range(int(bands.max())):
+                height = np.where(bands > k, band, 0.0)
+                ax.fill_between(t, bottom, bottom + height, color=COLORS[cat], alpha=0.55 if k % 2 else 0.85,
+                                lw=0, label=f"saved layer inputs (max {int(bands.max())})" if k == 0 else None,
+                                step="post")
+                bottom = bottom + height
+            values = np.clip(values - bands * band, 0, None)
+            label = "other activations"
+        else:
+            label = cat
+        ax.fill_between(t, bottom, bottom + values, color=COLORS[cat] if cat != "activations" or not has_bands
+                        else "#E8A0A0", lw=0, label=label, step="post")
+        bottom = bottom + values
     phases = np.array(profile.phases)
-    for phase, shade in (("backward", 0.06), ("optimizer", 0.12)):
+    for phase, shade in (("backward", 0.06), ("optimizer", 0.14)):
         idx = np.flatnonzero(phases == phase)
         if len(idx):
             ax.axvspan(idx[0], idx[-1], color="k", alpha=shade, lw=0)
-            ax.annotate(phase, (idx[0], ax.get_ylim()[1]), va="top", fontsize=8)
     peak = int(profile.timeline.sum(axis=1).argmax())
     ax.axvline(peak, color="k", ls=":", lw=1)
-    ax.set_xlabel("operator (event) index in one training step")
-    ax.set_ylabel("GiB" if unit == GIB else "MiB" if unit == 2**20 else "bytes")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.annotate(f"peak {profile.peak_bytes / unit:.2f}", (peak, profile.peak_bytes / unit), fontsize=8,
+                xytext=(4, -10), textcoords="offset points")
+    if capacity:
+        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
+    ax.set_xlabel("operator index in one training step (forward | backward, shaded | optimizer, darker)")
+    ax.set_ylabel({GIB: "GiB", 2**20: "MiB"}.get(unit, "bytes"))
+    ax.set_xlim(0, len(profile.timeline) - 1)
+    ax.legend(loc="upper left", fontsize=7)
     if title:
         ax.set_title(title)
+    return ax
+
+
+def _peak_preserving_rows(totals: np.ndarray, points: int = 3000) -> np.ndarray:
+    """Indices that keep each bin's highest row (so a thinned timeline keeps its peaks)."""
+    if len(totals) <= points:
+        return np.arange(len(totals))
+    edges = np.linspace(0, len(totals), points + 1).astype(int)
+    return np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a])
+
+
+def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, capacity: float | None = None,
+                   unit_label: str = "GiB", guide: dict[str, float] | None = None):
+    """Peak memory against sequence length, one line per run; an optional device-capacity line and
+    the guide's reach marks."""
+    ax = _axes(ax)
+    for name, (lengths, peaks) in series.items():
+        ax.plot(lengths, peaks, "o-", ms=3, label=name, color=COLORS.get(name.split()[0]))
+    if capacity:
+        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{capacity:g} {unit_label} card")
+    for name, length in (guide or {}).items():
+        ax.axvline(length, color="grey", lw=0.8, ls=":")
+        ax.annotate(name, (length, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=7)
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel(f"peak memory ({unit_label})")
+    ax.legend()
     return ax
 
 

@@ -17,8 +17,7 @@ class MemoryProfile:
     """A step's memory: a timeline of live bytes per category, its peak, and where the peak sits.
 
     `timeline` has one row per recorded event and one column per entry of CATEGORIES; `phases` names
-    the phase of each row. `saved_per_layer` maps a decoder layer's index to the bytes it saved for
-    backward at the end of the forward pass (filled where the source can attribute them).
+    the phase of each row; `host_bytes` the bytes held in host memory (activation offload).
     """
 
     device: str
@@ -28,7 +27,9 @@ class MemoryProfile:
     peak_bytes: int
     peak_phase: str
     peak_breakdown: dict[str, int]
-    saved_per_layer: dict[int, int] = field(default_factory=dict)
+    host_bytes: np.ndarray | None = None  # bytes offloaded to host memory, per timeline row
+    band_bytes: int = 0  # size of one decoder layer's saved input
+    bands: np.ndarray | None = None  # how many such saved inputs are alive, per timeline row
     meta: dict = field(default_factory=dict)
 
     @property
@@ -47,11 +48,15 @@ class MemoryProfile:
     def max_by_category(self) -> dict[str, int]:
         return dict(zip(CATEGORIES, (int(x) for x in self.timeline.max(axis=0)))) if len(self.timeline) else {}
 
+    @property
+    def host_peak_bytes(self) -> int:
+        return int(self.host_bytes.max()) if self.host_bytes is not None and len(self.host_bytes) else 0
+
     def summary(self) -> dict:
         """The scalars a notebook records in results.json."""
         return {
             "device": self.device, "source": self.source, "peak_gib": self.peak_gib, "peak_bytes": self.peak_bytes,
-            "peak_phase": self.peak_phase,
+            "peak_phase": self.peak_phase, "host_gib": self.host_peak_bytes / GIB,
             "peak_breakdown_gib": {k: v / GIB for k, v in self.peak_breakdown.items()},
             "max_by_category_gib": {k: v / GIB for k, v in self.max_by_category().items()},
             **self.meta,

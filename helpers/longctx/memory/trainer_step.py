@@ -28,8 +28,10 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     # train() sets this before its first training_step; one measured step does not go through train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
 
+    losses = []
+
     def step():
-        trainer.training_step(model, batch)
+        losses.append(float(trainer.training_step(model, batch)))
         optimizer.step()
 
     profile = measure(step, model=model, optimizer=optimizer)
@@ -37,6 +39,6 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     profile.meta.update(
         trainable_params=sum(p.numel() for p in trainable), trainable_tensors=len(trainable),
         total_params=sum(p.numel() for p in model.parameters()),
-        tokens=int(batch["input_ids"].numel()),
+        tokens=int(batch["input_ids"].numel()), loss=losses[0],
     )
     return profile

@@ -1,0 +1,163 @@
+"""Estimate a full-size training step's memory without allocating it: the same step as `measure`,
+run on fake tensors (torch's FakeTensorMode: shapes, dtypes and devices, no storage).
+
+The model is built from its config under fake mode, in the training dtype; AdamW's state is created
+by one warm-up step, as in every step after the first; then forward, loss, backward and the
+optimizer step run under the same tracker as the CPU measurement. Activation offload is modelled the
+way transformers implements it (`save_on_cpu` around each checkpointed layer) with the `meta` device
+standing in for host memory, so device and host bytes are counted apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+
+import torch
+
+from ..errors import LongctxError
+from ..train import LOSSES
+from .measure import TimelineTracker
+from .profile import CATEGORIES, GIB, MemoryProfile
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
+
+
+def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int) -> None:
+    from ..data import check_positive_int
+
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("batch", batch)
+    if loss not in LOSSES:
+        raise LongctxError(f"Unknown loss {loss!r}; use one of {', '.join(LOSSES)}.")
+    if dtype not in DTYPES:
+        raise LongctxError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
+    if offload and not checkpointing:
+        raise LongctxError("Activation offload moves the tensors that checkpointing saves; it needs "
+                           "gradient checkpointing on (drop --no-checkpointing, or drop --offload).")
+
+
+def _offloading_checkpoint(function, *args, **kwargs):
+    """transformers' offloaded checkpoint (save_on_cpu around checkpoint), with `meta` as the host."""
+    from torch.utils.checkpoint import checkpoint
+
+    def pack(t):
+        return (t.device, t.to(HOST))
+
+    def unpack(packed):
+        device, t = packed
+        return t.to(device)
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        return checkpoint(function, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    # model.to(dtype) fails under fake mode; building in the right default dtype does not
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False,
+               batch: int = 1, lr: float = 1e-5, seed: int = 0):
+    """Model, optimizer (its state already created) and a `step()` closure: forward, loss, backward,
+    optimizer step. Runs the same on real tensors (measure) and under FakeTensorMode (estimate)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_config(cfg)
+    if checkpointing:
+        if not net.supports_gradient_checkpointing:
+            raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
+                               "estimate without it (--no-checkpointing).")
+        net.activation_checkpointing_enable()
+        if offload:
+            net._set_gradient_checkpointing(
+                enable=True, gradient_checkpointing_func=functools.partial(_offloading_checkpoint, use_reentrant=False))
+    if loss == "chunked":
+        from trl.trainer.utils import add_fused_lm_head
+
+        add_fused_lm_head(net, outputs=("log_probs",))
+    net.train()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=lr)
+    for p in net.parameters():  # one warm-up step creates AdamW's state, as before every later step
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq_len))
+
+    def step():
+        if loss == "chunked":
+            out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
+            value = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
+        else:
+            value = net(input_ids=ids, labels=ids, use_cache=False).loss
+        value.backward()
+        optimizer.step()
+        return value
+
+    return net, optimizer, step
+
+
+def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True,
+             offload: bool = False, dtype: str = "bf16", batch: int = 1, fake: bool = True) -> MemoryProfile:
+    """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
+    on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same
+    step runs for real on the CPU (small models only): that is how the estimator is checked."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .. import compat, models
+
+    cfg = models.config(model) if isinstance(model, str) else model
+    check_levers(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype, batch=batch)
+    if offload and not fake:
+        raise LongctxError("A real CPU step has no separate host memory to offload to; estimate it (fake=True).")
+    layer_input = batch * seq_len * cfg.hidden_size * DTYPES[dtype].itemsize
+    start = time.perf_counter()
+    fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    with fake_mode, compat.fake_tensor_training(), _default_dtype(DTYPES[dtype]):
+        net, optimizer, step = build_step(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload,
+                                          batch=batch)
+        tracker = TimelineTracker("cpu", host=HOST, band_bytes=layer_input)
+        tracker.track_external(net, optimizer)
+        with tracker:
+            tracker.record()
+            step()
+            tracker.record()
+    profile = tracker.profile("fake-tensors" if fake else "memtracker")
+    first = dict(zip(CATEGORIES, profile.timeline[0]))
+    profile.meta.update(
+        model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
+        seq_len=seq_len, batch=batch, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype,
+        params=sum(p.numel() for p in net.parameters()),
+        fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
+        per_layer_saved_gib=layer_input / GIB,
+        saved_layer_tensors=int(tracker.forward_end_activations.get(layer_input, 0)),
+        device_peak_gib=profile.peak_gib, wall_seconds=time.perf_counter() - start,
+    )
+    return profile
+
+
+def reach(model, capacity_gib: float, *, multiple: int = 1024, **levers) -> dict:
+    """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`.
+
+    The peak grows linearly with length once the fixed part is paid (every activation and every tile is
+    proportional to the tokens), so two estimates give the line; the answer is then checked with a
+    third estimate and stepped down until it fits."""
+    a, b = 16 * multiple, 64 * multiple
+    pa, pb = (estimate(model, n, **levers).peak_gib for n in (a, b))
+    slope = (pb - pa) / (b - a)
+    guess = max(multiple, int((a + (capacity_gib - pa) / slope) // multiple * multiple))
+    checked = estimate(model, guess, **levers).peak_gib
+    while checked > capacity_gib and guess > multiple:  # re-solve from the overshoot (at least one multiple down)
+        over = int(-(-(checked - capacity_gib) / slope // multiple) * multiple)
+        guess = max(multiple, guess - max(multiple, over))
+        checked = estimate(model, guess, **levers).peak_gib
+    return {"seq_len": guess, "peak_gib": checked, "gib_per_1k_tokens": slope * 1024, "intercept_gib": pa - slope * a}
