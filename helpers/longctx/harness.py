@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,7 +169,3 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
         results.append(r)
     return results
 
-
-def clean(out: Path) -> None:
-    if out.exists():
-        shutil.rmtree(out)

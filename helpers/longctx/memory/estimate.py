@@ -148,10 +148,10 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
 def reach(model, capacity_gib: float, *, multiple: int = 1024, **levers) -> dict:
     """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`.
 
-    The peak grows linearly with length once the fixed part is paid (every activation and every tile is
-    proportional to the tokens), so two estimates give the line; the answer is then checked with a
+    Once a sequence spans several loss tiles the peak grows linearly with length (every saved activation
+    and every per-token buffer is proportional to the tokens), so two estimates there give the line; the answer is then checked with a
     third estimate and stepped down until it fits."""
-    a, b = 16 * multiple, 64 * multiple
+    a, b = 32 * multiple, 96 * multiple  # past the fixed-size tile regime, where the growth is linear
     pa, pb = (estimate(model, n, **levers).peak_gib for n in (a, b))
     slope = (pb - pa) / (b - a)
     guess = max(multiple, int((a + (capacity_gib - pa) / slope) // multiple * multiple))
