@@ -41,7 +41,6 @@ class TrainConfig:
     save_steps: int | None = None
     load_best_model_at_end: bool = False
     logging_steps: int = 1
-    shuffle: bool = True
     extra: dict = field(default_factory=dict)  # any further SFTConfig field
 
     def __post_init__(self) -> None:
@@ -115,15 +114,7 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
         raise LongctxError("eval_steps is set but no eval_dataset was given.")
     trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, eval_dataset=eval_dataset,
                   processing_class=processing_class, callbacks=callbacks)
-    if not cfg.shuffle:
-        trainer._get_train_sampler = lambda *a, **k: _sequential(trainer.train_dataset)
     return trainer
-
-
-def _sequential(dataset):
-    import torch
-
-    return torch.utils.data.SequentialSampler(dataset)
 
 
 def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,

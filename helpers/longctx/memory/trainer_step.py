@@ -42,3 +42,17 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
         tokens=int(batch["input_ids"].numel()), loss=losses[0],
     )
     return profile
+
+
+def sft_step_profile(model, dataset, *, loss: str = "chunked", output_dir: str, processing_class=None,
+                     gradient_checkpointing: bool = True, batch_size: int = 1, tiles=(None, None)) -> MemoryProfile:
+    """One real SFTTrainer step of `model` on `dataset` with the given loss, its fused-head tile set to
+    `tiles` = (rows, vocabulary columns); None keeps TRL's default."""
+    from ..compat import fused_head_tiles
+    from ..train import TrainConfig, make_trainer
+
+    cfg = TrainConfig(output_dir=output_dir, max_steps=1, loss=loss, per_device_train_batch_size=batch_size,
+                      gradient_checkpointing=gradient_checkpointing, extra={"disable_tqdm": True})
+    trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
+    with fused_head_tiles(*tiles):
+        return trainer_step_profile(trainer)
