@@ -69,3 +69,14 @@ def test_cuda_measurement_without_cuda_is_refused():
         pytest.skip("checks the refusal on a machine without CUDA")
     with pytest.raises(LongctxError, match="no CUDA device"):
         measure(lambda: None, model=torch.nn.Linear(2, 2), device="cuda")
+
+
+def test_reach_finds_the_longest_fitting_length():
+    from longctx.memory.estimate import reach
+
+    capacity = estimate("tiny", 70 * 1024).peak_gib  # a capacity that some length near 70k just fills
+    r = reach("tiny", capacity)
+    assert r["peak_gib"] <= capacity
+    assert estimate("tiny", r["seq_len"] + 1024).peak_gib > capacity  # one multiple more does not fit
+    with pytest.raises(LongctxError, match="over the"):
+        reach("tiny", 1e-6)

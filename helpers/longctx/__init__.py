@@ -19,9 +19,11 @@ def versions() -> dict:
 
 
 def device() -> str:
+    """The accelerator torch sees ("cuda"; "neuron" where torch-neuronx registers one), else "cpu"."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return acc.type if acc is not None else "cpu"
 
 
 __all__ = ["LongctxError", "versions", "device", "__version__"]

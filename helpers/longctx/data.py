@@ -176,6 +176,25 @@ def long_sequences(
     return _windows(stream, seq_len, n, seed)
 
 
+def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0,
+                     vocab_size: int = VOCAB_SIZE):
+    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches
+    come in many shapes, as real fine-tuning data does (for the padding lesson)."""
+    check_positive_int("n", n)
+    check_positive_int("min_len", min_len)
+    check_positive_int("max_len", max_len)
+    if min_len > max_len:
+        raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
+    from datasets import Dataset
+
+    stream = token_stream(split, vocab_size)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_len, max_len + 1, size=n)
+    starts = rng.integers(0, len(stream), size=n)
+    rows = [np.take(stream, np.arange(s, s + k), mode="wrap").tolist() for s, k in zip(starts, lengths)]
+    return Dataset.from_dict({"input_ids": rows})
+
+
 def _windows(stream: np.ndarray, seq_len: int, n: int, seed: int):
     from datasets import Dataset
 

@@ -23,6 +23,7 @@ COLORS = {
     "parameters": "#4C72B0", "buffers": "#8172B3", "gradients": "#DD8452", "optimizer": "#55A868",
     "activations": "#C44E52", "temporaries": "#DA8BC3", "other": "#937860",
     "train": "#4C72B0", "eval": "#DD8452", "plain": "#C44E52", "chunked": "#4C72B0",
+    "checkpointing": "#4C72B0", "offload": "#55A868",
 }
 plt.rcParams.update(STYLE)
 

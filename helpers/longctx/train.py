@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from . import device
 from .errors import LongctxError
 
 LOSSES = ("chunked", "plain")
@@ -35,6 +36,9 @@ class TrainConfig:
     seed: int = 0
     loss: str = "chunked"  # "chunked": TRL's fused LM head; "plain": model(labels=...) with full logits
     gradient_checkpointing: bool = False
+    # activation offload: True = transformers' save_on_cpu (accelerators); "host-pool" = the CPU stand-in
+    # that moves the saved layer inputs into separately accounted memory (longctx.offload.HostPool)
+    offload: bool | str = False
     bf16: bool | None = None  # None: on where the device supports it
     max_length: int | None = None
     eval_steps: int | None = None  # set → eval_strategy="steps"
@@ -49,6 +53,12 @@ class TrainConfig:
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise LongctxError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
+        import torch
+
+        from .offload import check_offload
+
+        check_offload(self.offload, checkpointing=self.gradient_checkpointing,
+                      device="cuda" if torch.cuda.is_available() else "cpu")
         if self.load_best_model_at_end and not self.eval_steps:
             raise LongctxError("load_best_model_at_end needs eval_steps (evaluation every N steps).")
 
@@ -70,9 +80,10 @@ class TrainConfig:
             gradient_accumulation_steps=self.gradient_accumulation_steps, learning_rate=self.learning_rate,
             lr_scheduler_type=self.lr_scheduler_type, warmup_steps=self.warmup_steps,
             weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm, seed=self.seed, data_seed=self.seed,
-            bf16=bf16, use_cpu=not torch.cuda.is_available(),
+            bf16=bf16, use_cpu=device() == "cpu",
             # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
             activation_checkpointing=self.gradient_checkpointing,
+            activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
             max_length=self.max_length, logging_steps=self.logging_steps, report_to="none",
             dataloader_pin_memory=False, disable_tqdm=False,
             eval_strategy="steps" if evaluating else "no", eval_steps=self.eval_steps,
@@ -112,9 +123,29 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
     cls = plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer
     if cfg.eval_steps and eval_dataset is None:
         raise LongctxError("eval_steps is set but no eval_dataset was given.")
+    callbacks = list(callbacks or [])
+    pool = None
+    if cfg.offload == "host-pool":
+        from .offload import HostPool
+
+        pool = HostPool()
+        callbacks.append(_host_pool_callback(pool))
     trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, eval_dataset=eval_dataset,
                   processing_class=processing_class, callbacks=callbacks)
+    trainer.host_pool = pool  # read by longctx.memory.trainer_step (None without the CPU offload stand-in)
     return trainer
+
+
+def _host_pool_callback(pool):
+    from transformers import TrainerCallback
+
+    class HostPoolOffload(TrainerCallback):
+        """Trainer.train() enables checkpointing just before on_train_begin; swap in the pool's hooks then."""
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            pool.install(model)
+
+    return HostPoolOffload()
 
 
 def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,

@@ -12,7 +12,8 @@ from ..errors import LongctxError
 from .profile import MemoryProfile
 
 
-def measure_cuda(step, *, model, optimizer=None, snapshot: str | Path | None = None) -> MemoryProfile:
+def measure_cuda(step, *, model, optimizer=None, snapshot: str | Path | None = None, band_bytes: int = 0
+                 ) -> MemoryProfile:
     """Run `step()` once on the GPU: MemTracker's categories and timeline (as on the CPU) next to the
     caching allocator's `max_memory_allocated`; `snapshot` saves `_record_memory_history`'s pickle."""
     from .measure import TimelineTracker
@@ -25,7 +26,7 @@ def measure_cuda(step, *, model, optimizer=None, snapshot: str | Path | None = N
     baseline = torch.cuda.memory_allocated()
     if snapshot:
         torch.cuda.memory._record_memory_history(max_entries=1_000_000)
-    tracker = TimelineTracker("cuda")
+    tracker = TimelineTracker("cuda", host="cpu", band_bytes=band_bytes)  # offloaded tensors land on "cpu"
     tracker.track_external(model, optimizer)
     try:
         with tracker:

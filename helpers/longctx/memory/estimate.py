@@ -11,7 +11,6 @@ standing in for host memory, so device and host bytes are counted apart.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 
 import torch
@@ -39,19 +38,13 @@ def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool,
                            "gradient checkpointing on (drop --no-checkpointing, or drop --offload).")
 
 
-def _offloading_checkpoint(function, *args, **kwargs):
-    """transformers' offloaded checkpoint (save_on_cpu around checkpoint), with `meta` as the host."""
-    from torch.utils.checkpoint import checkpoint
+def _to_host(t):
+    return (t.device, t.to(HOST))
 
-    def pack(t):
-        return (t.device, t.to(HOST))
 
-    def unpack(packed):
-        device, t = packed
-        return t.to(device)
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        return checkpoint(function, *args, **kwargs)
+def _to_device(packed):
+    device, t = packed
+    return t.to(device)
 
 
 @contextlib.contextmanager
@@ -77,10 +70,12 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
         if not net.supports_gradient_checkpointing:
             raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
                                "estimate without it (--no-checkpointing).")
-        net.activation_checkpointing_enable()
-        if offload:
-            net._set_gradient_checkpointing(
-                enable=True, gradient_checkpointing_func=functools.partial(_offloading_checkpoint, use_reentrant=False))
+        if offload:  # transformers' save_on_cpu-around-checkpoint, with `meta` as the host
+            from ..offload import install
+
+            install(net, _to_host, _to_device)
+        else:
+            net.activation_checkpointing_enable()
     if loss == "chunked":
         from trl.trainer.utils import add_fused_lm_head
 
@@ -145,19 +140,33 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     return profile
 
 
-def reach(model, capacity_gib: float, *, multiple: int = 1024, **levers) -> dict:
+def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None,
+          **levers) -> dict:
     """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`.
 
-    Once a sequence spans several loss tiles the peak grows linearly with length (every saved activation
-    and every per-token buffer is proportional to the tokens), so two estimates there give the line; the answer is then checked with a
-    third estimate and stepped down until it fits."""
-    a, b = 32 * multiple, 96 * multiple  # past the fixed-size tile regime, where the growth is linear
-    pa, pb = (estimate(model, n, **levers).peak_gib for n in (a, b))
-    slope = (pb - pa) / (b - a)
-    guess = max(multiple, int((a + (capacity_gib - pa) / slope) // multiple * multiple))
-    checked = estimate(model, guess, **levers).peak_gib
-    while checked > capacity_gib and guess > multiple:  # re-solve from the overshoot (at least one multiple down)
-        over = int(-(-(checked - capacity_gib) / slope // multiple) * multiple)
-        guess = max(multiple, guess - max(multiple, over))
-        checked = estimate(model, guess, **levers).peak_gib
-    return {"seq_len": guess, "peak_gib": checked, "gib_per_1k_tokens": slope * 1024, "intercept_gib": pa - slope * a}
+    Past the fixed-size tile regime the peak grows almost linearly with length, so the answer is found
+    by the secant method from 32k and 96k tokens: each new estimate re-draws the line through the last
+    two points. `known` maps lengths already estimated (with the same levers) to their peaks in GiB."""
+    peaks = dict(known or {})
+
+    def peak(n: int) -> float:
+        if n not in peaks:
+            peaks[n] = estimate(model, n, **levers).peak_gib
+        return peaks[n]
+
+    points = [32 * multiple, 96 * multiple]
+    for _ in range(8):
+        (x0, x1) = points[-2:]
+        slope = (peak(x1) - peak(x0)) / (x1 - x0)
+        guess = max(multiple, int((x1 + (capacity_gib - peak(x1)) / slope) // multiple * multiple))
+        if guess in points:
+            break
+        points.append(guess)
+    fitting = [n for n in peaks if peaks[n] <= capacity_gib]
+    if not fitting:
+        shortest = min(peaks)
+        raise LongctxError(f"Even {shortest:,} tokens need {peaks[shortest]:.1f} GiB, over the {capacity_gib:g} GiB "
+                           "capacity: add levers (chunked loss, checkpointing, offload) or more memory.")
+    best = max(fitting)
+    return {"seq_len": best, "peak_gib": peak(best), "gib_per_1k_tokens": slope * 1024,
+            "intercept_gib": peak(x1) - slope * x1, "estimates": len(peaks) - len(known or {})}

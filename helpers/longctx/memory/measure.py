@@ -34,8 +34,11 @@ class TimelineTracker(FrozenParamsMemTracker):
     (we read the whole-step timeline instead), which makes a 36-layer fake step minutes faster.
     """
 
-    def __init__(self, device: str = "cpu", host: str | None = None, band_bytes: int = 0) -> None:
+    def __init__(self, device: str = "cpu", host: str | None = None, band_bytes: int = 0,
+                 host_counter: Callable[[], int] | None = None) -> None:
         super().__init__()
+        # host bytes come from tensors on the `host` device, or from `host_counter()` (a CPU HostPool)
+        self.host_counter = host_counter
         # Activations of exactly `band_bytes` (one decoder layer's saved input) are counted as they come
         # and go, so a profile can draw one band per saved layer input.
         self.band_bytes, self._bands = band_bytes, 0
@@ -80,7 +83,8 @@ class TimelineTracker(FrozenParamsMemTracker):
         by_name = {_TRACKER_NAMES[k.value]: v for k, v in snap.items() if hasattr(k, "value")}
         self.rows.append([by_name.get(c, 0) for c in CATEGORIES])
         host = self._curr_mem_snap.get(self.host, {}) if self.host else {}
-        self.host_rows.append(sum(v for k, v in host.items() if hasattr(k, "value")))
+        self.host_rows.append(sum(v for k, v in host.items() if hasattr(k, "value"))
+                              + (self.host_counter() if self.host_counter else 0))
         self.phases.append(phase)
         self.band_rows.append(self._bands)
 
@@ -100,21 +104,23 @@ class TimelineTracker(FrozenParamsMemTracker):
         )
 
 
-def measure(step: Callable[[], object], *, model: torch.nn.Module, optimizer=None, device: str | None = None
-            ) -> MemoryProfile:
+def measure(step: Callable[[], object], *, model: torch.nn.Module, optimizer=None, device: str | None = None,
+            band_bytes: int = 0, host_pool=None) -> MemoryProfile:
     """Run `step()` (forward, loss, backward, optimizer step) once and return its MemoryProfile.
 
     `model` and `optimizer` exist before the step; they are registered so that their tensors are
-    attributed to parameters, buffers and optimizer state rather than "other".
+    attributed to parameters, buffers and optimizer state rather than "other". `band_bytes` (one
+    layer's saved input) turns on the per-layer band count; `host_pool` (an offload.HostPool) is read
+    for the host bytes of a CPU run with offload.
     """
     device = device or next(model.parameters()).device.type
     if device == "cuda":
         from .cuda import measure_cuda
 
-        return measure_cuda(step, model=model, optimizer=optimizer)
+        return measure_cuda(step, model=model, optimizer=optimizer, band_bytes=band_bytes)
     if device != "cpu":
         raise LongctxError(f"measure() supports the 'cpu' and 'cuda' devices, not {device!r}.")
-    tracker = TimelineTracker("cpu")
+    tracker = TimelineTracker("cpu", band_bytes=band_bytes, host_counter=(lambda: host_pool.bytes) if host_pool else None)
     tracker.track_external(model, optimizer)
     with tracker:
         tracker.record()

@@ -20,7 +20,10 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     optimizer = trainer.optimizer
     batch = batch if batch is not None else first_batch(trainer)
     model.train()
-    if trainer.args.activation_checkpointing:  # Trainer.train() turns it on; a lone measured step must too
+    pool = getattr(trainer, "host_pool", None)
+    if pool is not None:  # the CPU offload stand-in (TrainConfig(offload="host-pool"))
+        pool.install(model)
+    elif trainer.args.activation_checkpointing:  # Trainer.train() turns it on; a lone measured step must too
         kwargs = dict(trainer.args.activation_checkpointing_kwargs or {})
         model.activation_checkpointing_enable(
             activation_checkpointing_kwargs={k: v for k, v in kwargs.items() if k not in ("every_n_layers", "offload")}
@@ -34,25 +37,29 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
         losses.append(float(trainer.training_step(model, batch)))
         optimizer.step()
 
-    profile = measure(step, model=model, optimizer=optimizer)
+    tokens = int(batch["input_ids"].numel())
+    band = tokens * model.config.get_text_config().hidden_size * next(model.parameters()).element_size()
+    profile = measure(step, model=model, optimizer=optimizer, band_bytes=band, host_pool=pool)
     trainable = [p for p in model.parameters() if p.requires_grad]
     profile.meta.update(
         trainable_params=sum(p.numel() for p in trainable), trainable_tensors=len(trainable),
         total_params=sum(p.numel() for p in model.parameters()),
-        tokens=int(batch["input_ids"].numel()), loss=losses[0],
+        tokens=tokens, loss=losses[0], **(pool.summary() if pool is not None else {}),
     )
     return profile
 
 
 def sft_step_profile(model, dataset, *, loss: str = "chunked", output_dir: str, processing_class=None,
-                     gradient_checkpointing: bool = True, batch_size: int = 1, tiles=(None, None)) -> MemoryProfile:
-    """One real SFTTrainer step of `model` on `dataset` with the given loss, its fused-head tile set to
-    `tiles` = (rows, vocabulary columns); None keeps TRL's default."""
+                     gradient_checkpointing: bool = True, offload=False, batch_size: int = 1,
+                     tiles=(None, None)) -> MemoryProfile:
+    """One real SFTTrainer step of `model` on `dataset` with the given loss and offload mode (see
+    TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns); None keeps
+    TRL's default."""
     from ..compat import fused_head_tiles
     from ..train import TrainConfig, make_trainer
 
     cfg = TrainConfig(output_dir=output_dir, max_steps=1, loss=loss, per_device_train_batch_size=batch_size,
-                      gradient_checkpointing=gradient_checkpointing, extra={"disable_tqdm": True})
+                      gradient_checkpointing=gradient_checkpointing, offload=offload, extra={"disable_tqdm": True})
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
     with fused_head_tiles(*tiles):
         return trainer_step_profile(trainer)

@@ -1,0 +1,286 @@
+"""Compilation as a compiled accelerator sees it: one graph per input shape, each one paid for once.
+
+AWS Trainium's Neuron compiler builds a graph for every input shape it meets (about a minute each).
+On a CPU, torch.compile with dynamic shapes turned off behaves the same way and stands in for it:
+- `CompileCounter` counts and times every compile through dynamo's own callbacks (forward graphs are
+  "DYNAMO" events, backward graphs "LAZY_BACKWARD", compiled on first use);
+- `compile_settings` turns automatic dynamic shapes off (as the guide does on Neuron), raises dynamo's
+  recompile limit so that no shape silently falls back to eager (which would make the unpadded run
+  look cheap), and gives each timed run a fresh inductor cache (a warm cache hides compile time);
+- `shape_census` reads a trainer's own dataloader and lists the batch shapes it will produce, so the
+  number of compiles is known before anything compiles: `predict_compiles` multiplies the shapes by
+  the graphs each shape costs (`compile_structure`, measured once on two probe shapes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .errors import LongctxError
+
+# The guide: NEURON_RT_VISIBLE_CORES accepts these subsets of a trn2.3xlarge's 4 logical cores; other
+# pairs (e.g. 1,2) fail when the Neuron runtime sets up collectives across them.
+NEURON_CORE_SETS = ("0", "1", "2", "3", "0,1", "2,3", "0-3")
+
+
+@dataclass
+class CompileEvent:
+    trigger: str  # "DYNAMO" (a forward graph) or "LAZY_BACKWARD" (its backward graph)
+    compile_id: str  # dynamo's "frame/recompile" id
+    seconds: float
+
+
+@dataclass
+class CompileCounter:
+    """Counts and times compiles while active (`with CompileCounter() as counter: ...`)."""
+
+    events: list[CompileEvent] = field(default_factory=list)
+    _started: dict = field(default_factory=dict)
+
+    def _start(self, args) -> None:
+        self._started[(args.callback_trigger, args.compile_id)] = time.perf_counter()
+
+    def _end(self, args) -> None:
+        began = self._started.pop((args.callback_trigger, args.compile_id), None)
+        seconds = time.perf_counter() - began if began is not None else 0.0
+        self.events.append(CompileEvent(args.callback_trigger.name, str(args.compile_id), seconds))
+
+    def __enter__(self) -> CompileCounter:
+        from torch._dynamo import callback
+
+        callback.on_compile_start(self._start)
+        callback.on_compile_end(self._end)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from torch._dynamo.callback import callback_handler
+
+        callback_handler.remove_start_callback(self._start)
+        callback_handler.remove_end_callback(self._end)
+
+    @property
+    def count(self) -> int:
+        return len(self.events)
+
+    @property
+    def seconds(self) -> float:
+        return sum(e.seconds for e in self.events)
+
+    def by_trigger(self) -> dict[str, int]:
+        return dict(Counter(e.trigger for e in self.events))
+
+    def frames(self) -> dict[str, int]:
+        """How many times each compiled frame (code object) was compiled: 1 for shape-independent code,
+        once per shape for the model's graphs."""
+        return dict(Counter(f"{e.trigger}:{_frame(e.compile_id)}" for e in self.events))
+
+    def summary(self) -> dict:
+        return {"compiles": self.count, "compile_seconds": self.seconds, "by_trigger": self.by_trigger()}
+
+
+def _frame(compile_id: str) -> str:
+    m = re.match(r"\[?(\d+)/", compile_id)
+    return m.group(1) if m else compile_id
+
+
+@contextlib.contextmanager
+def compile_settings(*, recompile_limit: int = 512, automatic_dynamic_shapes: bool = False, fresh_cache: bool = True):
+    """Dynamo set as on Neuron (no automatic dynamic shapes), a recompile limit high enough that every
+    shape really compiles, and a fresh, empty inductor cache; dynamo's caches are reset on entry and exit."""
+    import torch
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch._dynamo.config.patch(
+            automatic_dynamic_shapes=automatic_dynamic_shapes, recompile_limit=recompile_limit,
+            accumulated_recompile_limit=max(recompile_limit * 8, 4096)))
+        if fresh_cache:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-cache-"))
+            before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+            stack.callback(_restore_env, "TORCHINDUCTOR_CACHE_DIR", before)
+        torch._dynamo.reset()
+        stack.callback(torch._dynamo.reset)
+        yield
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def resolve_pad(pad_to_multiple_of, device_type: str):
+    """What TRL's `pad_to_multiple_of` means on `device_type`: "auto" is 128 on Neuron and None elsewhere
+    (trl 1.16, SFTConfig.__post_init__). Bad values are refused with the accepted forms."""
+    if pad_to_multiple_of == "auto":
+        return 128 if device_type == "neuron" else None
+    if pad_to_multiple_of is None:
+        return None
+    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of <= 0:
+        raise LongctxError(f"pad_to_multiple_of must be a positive integer, None or 'auto', got {pad_to_multiple_of!r}.")
+    return pad_to_multiple_of
+
+
+def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str = "cpu"):
+    """Resolve the padding multiple and refuse a max_length that is not a multiple of it: truncated
+    sequences would be padded past max_length to the next multiple, a shape the census did not plan for."""
+    pad = resolve_pad(pad_to_multiple_of, device_type)
+    if pad and max_length and max_length % pad:
+        lower, upper = max_length // pad * pad, -(-max_length // pad) * pad
+        raise LongctxError(f"max_length={max_length} is not a multiple of pad_to_multiple_of={pad}: use "
+                           f"max_length={lower or upper} or {upper}, or another padding multiple.")
+    return pad
+
+
+def check_neuron_cores(value: str | None) -> str | None:
+    """Refuse NEURON_RT_VISIBLE_CORES values the guide says the Neuron runtime cannot use."""
+    if value is None:
+        return None
+    cleaned = value.replace(" ", "")
+    if cleaned not in NEURON_CORE_SETS:
+        raise LongctxError(f"NEURON_RT_VISIBLE_CORES={value!r} is not a core set the Neuron runtime supports for "
+                           f"collectives; use one core or one of 0,1 / 2,3 / 0-3.")
+    return cleaned
+
+
+@dataclass
+class Census:
+    shapes: list[tuple[int, ...]]  # the input_ids shape of every batch, in order
+
+    @property
+    def distinct(self) -> list[tuple[int, ...]]:
+        return sorted(set(self.shapes))
+
+    @property
+    def tokens(self) -> int:  # positions fed to the model, padding included
+        return sum(_numel(s) for s in self.shapes)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def shape_census(trainer, steps: int) -> Census:
+    """The input shapes of the first `steps` batches of `trainer`'s own dataloader (its collator, its
+    padding, its order): what the compiled model will be fed."""
+    shapes = []
+    loader = trainer.get_train_dataloader()
+    while len(shapes) < steps:
+        before = len(shapes)
+        for batch in loader:
+            shapes.append(tuple(batch["input_ids"].shape))
+            if len(shapes) == steps:
+                break
+        if len(shapes) == before:
+            raise LongctxError("the trainer's dataloader is empty.")
+    return Census(shapes)
+
+
+@dataclass
+class CompileStructure:
+    """How many compiles one new shape costs (per_shape) and how many happen once (once)."""
+
+    per_shape: int
+    once: int
+
+    def predict(self, census: Census) -> int:
+        return self.once + self.per_shape * len(census.distinct)
+
+
+def compile_structure(counter_first: CompileCounter, counter_second: CompileCounter) -> CompileStructure:
+    """From two probe steps on two different shapes: the second step's compiles are what any new shape
+    costs; what the first step compiled beyond that happens once."""
+    return CompileStructure(per_shape=counter_second.count, once=counter_first.count - counter_second.count)
+
+
+@dataclass
+class CompiledRun:
+    pad_to_multiple_of: int | None
+    census: Census  # predicted from the dataloader before training
+    seen: list[tuple[int, ...]]  # the shapes the collator actually produced during training
+    counter: CompileCounter
+    seconds: float  # wall time of trainer.train(), compiles included
+    step_compiles: list[int]  # compiles during each optimizer step
+
+    def summary(self) -> dict:
+        return {"pad_to_multiple_of": self.pad_to_multiple_of, "shapes": len(self.census.distinct),
+                "padded_tokens": self.census.tokens, "seconds": self.seconds, **self.counter.summary(),
+                "step_compiles": self.step_compiles}
+
+
+def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, backend: str = "inductor", batch_size: int = 4,
+                 max_length: int | None = None, output_dir: str, processing_class=None, seed: int = 0) -> CompiledRun:
+    """A real SFTTrainer run with `torch_compile=True` on `backend`, under `compile_settings()`: the shape
+    census of its dataloader first, then training with every compile counted and timed."""
+    from transformers import TrainerCallback
+
+    from .train import TrainConfig, make_trainer
+
+    pad = check_padding(pad_to_multiple_of, max_length)
+    cfg = TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+                      max_length=max_length, seed=seed, logging_steps=steps,
+                      extra=dict(torch_compile=True, torch_compile_backend=backend, pad_to_multiple_of=pad,
+                                 disable_tqdm=True))
+    trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
+    census = shape_census(trainer, steps)
+    seen: list[tuple[int, ...]] = []
+    collate = trainer.data_collator
+
+    def recording_collator(rows):
+        batch = collate(rows)
+        seen.append(tuple(batch["input_ids"].shape))
+        return batch
+
+    trainer.data_collator = recording_collator
+    step_compiles: list[int] = []
+
+    with compile_settings(), CompileCounter() as counter:
+        class PerStep(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                step_compiles.append(counter.count - sum(step_compiles))
+
+        trainer.add_callback(PerStep())
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    return CompiledRun(pad, census, seen[:steps], counter, seconds, step_compiles)
+
+
+def grpo_generation(model, prompts: list[str], *, cache_implementation: str | None, steps: int = 2,
+                    max_completion_length: int = 16, backend: str = "aot_eager", output_dir: str,
+                    processing_class=None, seed: int = 0) -> dict:
+    """A real GRPOTrainer run (generation with Transformers, as on Neuron where vLLM does not run) with
+    the model's forward compiled, so every new decoding shape is a compile: with the default dynamic KV
+    cache each generated token changes the cache's length; a static cache keeps the shapes fixed."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    def reward_len(completions, **kwargs):  # the guide's toy reward: completions near a target length
+        return [-abs(4 * max_completion_length - len(c)) / 100 for c in completions]
+
+    on_cpu = not torch.cuda.is_available()
+    args = GRPOConfig(
+        output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=max_completion_length,
+        cache_implementation=cache_implementation, max_steps=steps, learning_rate=1e-5, use_cpu=on_cpu, bf16=False,
+        report_to="none", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False, seed=seed,
+        save_strategy="no")
+    model.forward = torch.compile(model.forward, backend=backend)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward_len, args=args,
+                          train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=processing_class)
+    with compile_settings(), CompileCounter() as counter:
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    return {"cache_implementation": cache_implementation or "dynamic", "steps": steps, "seconds": seconds,
+            "seconds_per_step": seconds / steps, **counter.summary()}

@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from longctx import LongctxError, data, models, offload, train
+
+
+def _step(model, ids):
+    out = model(input_ids=ids, labels=ids, use_cache=False)
+    out.loss.backward()
+    return out.loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def test_host_pool_moves_every_layer_input_and_changes_nothing():
+    cfg = models.config("tiny")
+    ids = torch.randint(0, cfg.vocab_size, (1, 96), generator=torch.Generator().manual_seed(0))
+    ref = models.load("tiny", seed=0)
+    ref.train()
+    ref.activation_checkpointing_enable()
+    pooled, pool = models.load("tiny", seed=0), offload.HostPool()
+    pooled.train()
+    pool.install(pooled)
+    (loss_a, grads_a), (loss_b, grads_b) = _step(ref, ids), _step(pooled, ids)
+    assert loss_a == loss_b
+    assert torch.equal(grads_a, grads_b)
+    expected = offload.host_bytes_per_step(cfg.num_hidden_layers, 96, cfg.hidden_size, 4)
+    assert pool.to_host_bytes == pool.to_device_bytes == pool.peak_bytes == expected
+    assert pool.peak_tensors == cfg.num_hidden_layers and pool.bytes == 0 and pool.tensors == 0
+
+
+def test_host_pool_through_trainer_train(tmp_path):
+    ds = data.long_sequences(64, 4, seed=0)
+    cfg = train.TrainConfig(output_dir=str(tmp_path), max_steps=2, gradient_checkpointing=True, offload="host-pool",
+                            extra={"disable_tqdm": True})
+    trainer = train.make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer())
+    trainer.train()
+    mcfg = models.config("tiny")
+    assert trainer.host_pool.to_host_bytes == 2 * offload.host_bytes_per_step(mcfg.num_hidden_layers, 64,
+                                                                              mcfg.hidden_size, 4)
+
+
+@pytest.mark.parametrize("kwargs,device,fragment", [
+    (dict(offload=True, checkpointing=False), "cpu", "gradient_checkpointing on"),
+    (dict(offload=True, checkpointing=True), "cpu", "host-pool"),
+    (dict(offload="host-pool", checkpointing=True), "cuda", "offload=True"),
+    (dict(offload="yes", checkpointing=True), "cpu", "must be one of"),
+])
+def test_offload_refusals(kwargs, device, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        offload.check_offload(kwargs["offload"], checkpointing=kwargs["checkpointing"], device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_train_config_refuses_cpu_offload_before_building_anything():
+    with pytest.raises(LongctxError, match="same memory"):
+        train.TrainConfig(output_dir="x", gradient_checkpointing=True, offload=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="upstream's CPU behaviour")
+def test_upstream_offload_still_crashes_on_cpu():
+    """transformers 5.24 + torch 2.13: activation_checkpointing_enable(offload=True) on a machine with no
+    accelerator uses save_on_cpu(pin_memory=True), which raises in the forward. Our driver refuses
+    offload=True on the CPU for that reason; when this test fails, upstream changed and the refusal can
+    be revisited."""
+    model = models.load("tiny")
+    model.train()
+    model.activation_checkpointing_enable(offload=True)
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="pin_memory"):
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
