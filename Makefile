@@ -12,6 +12,8 @@ all: lessons
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	# Ulysses SP (notebook 04): DeepSpeed builds against the venv's torch; on CPUs it needs no compiled ops
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --disable-pip-version-check --no-build-isolation -e '.[deepspeed]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (longctx)" >/dev/null
 	touch $@
 

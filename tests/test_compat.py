@@ -58,3 +58,42 @@ def test_fused_head_tile_globals_still_exist():
     with fused_head_tiles(256, 1024):
         assert (chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE) == (256, 1024)
     assert chunked_logprob.TOKEN_CHUNK_SIZE == 4096
+
+
+def test_cp_ring_attention_still_lacks_the_cpu_kernels():
+    """torch 2.13: the ring-attention handler table covers CUDA SDPA kernels only. When torch adds the CPU
+    flash kernel itself, compat.register_cpu_ring_attention can go."""
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+
+    cpu_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert torch.ops.aten._scaled_dot_product_flash_attention.default in cp.custom_ops
+    registered_by_us = getattr(cp.custom_ops.get(cpu_fwd), "__qualname__", "") == "register_cpu_ring_attention.handler"
+    assert cpu_fwd not in cp.custom_ops or registered_by_us
+
+
+def test_accelerate_still_keeps_multi_cpu_out_of_fsdp():
+    """accelerate 1.15: the switch to FSDP for a context-parallel run lists GPU-like types only. When
+    MULTI_CPU joins that list, compat.accelerate_fsdp_on_cpu can go."""
+    import inspect
+
+    from accelerate.state import AcceleratorState
+
+    init = AcceleratorState.__init__
+    init = getattr(init, "_longctx_original", init)  # the upstream constructor, patched or not
+    source = inspect.getsource(init)
+    switch = source[source.index("DistributedType.MULTI_GPU,"):source.index("self.distributed_type = DistributedType.FSDP")]
+    assert "MULTI_NEURON" in switch and "MULTI_CPU" not in switch
+
+
+def test_accelerate_deepspeed_backward_still_steps_at_once():
+    """accelerate 1.15: DeepSpeedEngineWrapper.backward = set boundary, engine.backward, engine.step.
+    compat.before_deepspeed_step re-implements exactly that with a callback in between; if upstream
+    changes the method, the copy must be revisited."""
+    import inspect
+
+    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+
+    code = [line.strip() for line in inspect.getsource(DeepSpeedEngineWrapper.backward).splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+    assert code[1:] == ["self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)",
+                        "self.engine.backward(loss, **kwargs)", "if sync_gradients:", "self.engine.step()"]

@@ -17,6 +17,22 @@ def _cmd_run(args) -> None:
     print(f"{r.notebook} ({r.size}) finished in {r.seconds:.1f} s → {r.out / 'results.json'}")
 
 
+def _cmd_sweep(args) -> None:
+    from . import harness, sweep
+
+    slurm = {k: v for k, v in (("partition", args.partition), ("gpus", args.gpus), ("time", args.time)) if v is not None}
+    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid or []),
+                     fixed=harness.parse_overrides(args.param or []), out=args.out)
+    path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric,
+                     progress=not args.quiet)
+    rows = sweep.table(sw)
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "missing")}
+    print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
+    if counts["error"] or counts["missing"]:
+        raise LongctxError(f"{counts['error'] + counts['missing']} point(s) did not finish; see point.json under "
+                           f"{sw.out / 'points'} and re-run the same command to retry them.")
+
+
 def _cmd_all(args) -> None:
     from . import harness
 
@@ -89,6 +105,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default build/<notebook>/)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("sweep", help="run a notebook over a parameter grid (resumable), then tabulate")
+    p.add_argument("notebook")
+    p.add_argument("--size", default="cpu")
+    p.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
+    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="a fixed override for every point")
+    p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
+    p.add_argument("--executor", default="local", help="local | slurm | slurm-local | slurm-debug (submitit)")
+    p.add_argument("--jobs", type=int, default=1, help="local executor: points run at once")
+    p.add_argument("--partition", default=None, help="SLURM partition")
+    p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
+    p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
+    p.add_argument("--out", default=None, help="sweep folder (default build/sweeps/<notebook>-<size>/)")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("all", help="execute every notebook at a size (the main job)")
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")

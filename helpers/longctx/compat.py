@@ -80,3 +80,106 @@ def fused_head_tiles(tokens: int | None = None, vocab: int | None = None):
         yield
     finally:
         chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE = before
+
+
+def register_cpu_ring_attention() -> bool:
+    """torch 2.13.0: context parallelism's ring attention (torch.distributed.tensor.experimental.
+    _context_parallel._attention) has DTensor handlers only for the CUDA SDPA kernels (flash, efficient,
+    cuDNN). On a CPU, SDPA dispatches to `aten._scaled_dot_product_flash_attention_for_cpu` (and its
+    `_backward`), which then fails with "... does not have a sharding strategy registered". This registers
+    those two ops, routed to torch's own `_templated_ring_attention` / `_templated_ring_attention_backward`
+    (the same ring, load balancing and merging the CUDA path uses). Idempotent; returns True when it
+    registered anything.
+    Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels.
+    """
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+
+    aten = torch.ops.aten
+    fwd = aten._scaled_dot_product_flash_attention_for_cpu.default
+    bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    if fwd in cp.custom_ops:
+        return False
+
+    def local(x):
+        return x.to_local() if isinstance(x, DTensor) else x
+
+    def handler(op_call, args, kwargs):
+        ref = next(a for a in args if isinstance(a, DTensor))
+        mesh, placements = ref.device_mesh, ref.placements
+        args, kwargs = [local(a) for a in args], {k: local(v) for k, v in kwargs.items()}
+        if kwargs.get("attn_mask") is not None:
+            raise NotImplementedError("context parallelism supports causal attention without a mask only")
+        kwargs.pop("attn_mask", None)
+        if op_call is fwd:
+            query, key, value, *rest = args
+            dropout_p = rest[0] if rest else kwargs.pop("dropout_p", 0.0)
+            is_causal = rest[1] if len(rest) > 1 else kwargs.pop("is_causal", False)
+            outs = cp._templated_ring_attention(mesh.get_group(), 2, fwd, query, key, value, is_causal=is_causal,
+                                                dropout_p=dropout_p, **kwargs)
+        else:
+            grad_out, query, key, value, out, logsumexp, dropout_p, is_causal = args[:8]
+            outs = cp._templated_ring_attention_backward(
+                mesh.get_group(), 2, bwd, grad_out=grad_out, grad_out_name="grad_out", query=query, key=key,
+                value=value, out=out, logsumexp=logsumexp, is_causal=is_causal, dropout_p=dropout_p, **kwargs)
+        return tuple(DTensor.from_local(t, mesh, placements, run_check=False) if isinstance(t, torch.Tensor) else t
+                     for t in outs)
+
+    handler.__qualname__ = "register_cpu_ring_attention.handler"
+    cp.custom_ops[fwd] = handler
+    cp.custom_ops[bwd] = handler
+    return True
+
+
+def accelerate_fsdp_on_cpu() -> None:
+    """accelerate 1.15.0: `AcceleratorState.__init__` switches a multi-process run to FSDP (needed by
+    `ParallelismConfig(cp_size>1)`) only for GPU-like distributed types; a torchrun launch on CPUs stays
+    `MULTI_CPU`, and `ParallelismConfig` then refuses it ("only compatible DistributedType.FSDP ...").
+    This wraps the constructor: a MULTI_CPU state given an FSDP plugin or a context-parallel config
+    becomes FSDP, in AcceleratorState and in PartialState's shared state, as it would on GPUs.
+    Idempotent. Test: test_compat.py::test_accelerate_still_keeps_multi_cpu_out_of_fsdp.
+    """
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    if getattr(AcceleratorState.__init__, "_longctx_patched", False):
+        return
+    original = AcceleratorState.__init__
+
+    def __init__(self, *args, fsdp_plugin=None, parallelism_config=None, **kwargs):
+        original(self, *args, fsdp_plugin=fsdp_plugin, parallelism_config=parallelism_config, **kwargs)
+        cp_enabled = parallelism_config is not None and parallelism_config.cp_enabled
+        if self.distributed_type == DistributedType.MULTI_CPU and (fsdp_plugin is not None or cp_enabled):
+            self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+    __init__._longctx_patched = True
+    __init__._longctx_original = original
+    AcceleratorState.__init__ = __init__
+
+
+@contextlib.contextmanager
+def before_deepspeed_step(callback):
+    """accelerate 1.15.0: `DeepSpeedEngineWrapper.backward` runs `engine.backward(loss)` and then, at once,
+    `engine.step()` (which zeroes the gradients), so no Trainer callback ever sees DeepSpeed's gradients
+    (`deepspeed.utils.safe_get_full_grad` only answers between the two). Under this context,
+    `callback()` runs between them: that is how the Ulysses run's gradients are compared with one process.
+    Test: test_compat.py::test_accelerate_deepspeed_backward_still_steps_at_once.
+    """
+    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+
+    original = DeepSpeedEngineWrapper.backward
+
+    def backward(self, loss, sync_gradients=True, **kwargs):
+        self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)
+        self.engine.backward(loss, **kwargs)
+        if sync_gradients:
+            callback()
+            self.engine.step()
+
+    DeepSpeedEngineWrapper.backward = backward
+    try:
+        yield
+    finally:
+        DeepSpeedEngineWrapper.backward = original

@@ -92,7 +92,8 @@ def _frame(compile_id: str) -> str:
 @contextlib.contextmanager
 def compile_settings(*, recompile_limit: int = 512, automatic_dynamic_shapes: bool = False, fresh_cache: bool = True):
     """Dynamo set as on Neuron (no automatic dynamic shapes), a recompile limit high enough that every
-    shape really compiles, and a fresh, empty inductor cache; dynamo's caches are reset on entry and exit."""
+    shape really compiles, and a fresh, empty inductor cache; compiled graphs held in memory are
+    dropped on entry and exit."""
     import torch
 
     with contextlib.ExitStack() as stack:
@@ -104,9 +105,19 @@ def compile_settings(*, recompile_limit: int = 512, automatic_dynamic_shapes: bo
             before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
             stack.callback(_restore_env, "TORCHINDUCTOR_CACHE_DIR", before)
-        torch._dynamo.reset()
-        stack.callback(torch._dynamo.reset)
+        _reset_compilers()
+        stack.callback(_reset_compilers)
         yield
+
+
+def _reset_compilers() -> None:
+    """Forget every compiled graph, on disk (the fresh cache folder) and in memory: a shape compiled by an
+    earlier run in this process must cost the next run a full compile again."""
+    import torch
+    from torch._inductor.utils import clear_inductor_caches
+
+    torch._dynamo.reset()
+    clear_inductor_caches()
 
 
 def _restore_env(name: str, value: str | None) -> None:
@@ -275,7 +286,8 @@ def grpo_generation(model, prompts: list[str], *, cache_implementation: str | No
         cache_implementation=cache_implementation, max_steps=steps, learning_rate=1e-5, use_cpu=on_cpu, bf16=False,
         report_to="none", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False, seed=seed,
         save_strategy="no")
-    model.forward = torch.compile(model.forward, backend=backend)
+    if backend:  # on Neuron (backend None) the device compiles every shape by itself
+        model.forward = torch.compile(model.forward, backend=backend)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_len, args=args,
                           train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=processing_class)
     with compile_settings(), CompileCounter() as counter:
@@ -284,3 +296,27 @@ def grpo_generation(model, prompts: list[str], *, cache_implementation: str | No
         seconds = time.perf_counter() - start
     return {"cache_implementation": cache_implementation or "dynamic", "steps": steps, "seconds": seconds,
             "seconds_per_step": seconds / steps, **counter.summary()}
+
+
+def default_backend(device_type: str):
+    """The torch.compile backend a run uses on `device_type`: Neuron's own (None lets TRL/transformers pick
+    it, as the guide does), inductor elsewhere."""
+    return None if device_type == "neuron" else "inductor"
+
+
+def trainers_with_padding_option() -> list[str]:
+    """TRL config classes that expose `pad_to_multiple_of` (read from trl itself, not typed in)."""
+    import dataclasses
+
+    import trl
+
+    names = []
+    for name in dir(trl):
+        if name.endswith("Config") and not name.startswith("_"):
+            try:
+                cls = getattr(trl, name)
+            except Exception:  # lazy imports of optional extras
+                continue
+            if dataclasses.is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in dataclasses.fields(cls)):
+                names.append(name.removesuffix("Config"))
+    return sorted(names)

@@ -22,6 +22,15 @@ from .paths import build_dir, notebooks_dir
 SIZES = ("ci", "cpu", "gpu")
 
 
+class NotebookFailed(LongctxError):
+    """A cell raised: `ename`/`evalue` are the exception's type name and message (a sweep records an
+    out-of-memory failure as a result)."""
+
+    def __init__(self, message: str, ename: str = "", evalue: str = "") -> None:
+        super().__init__(message)
+        self.ename, self.evalue = ename, evalue
+
+
 def notebooks() -> dict[str, Path]:
     """The lesson notebooks by name (file stem), in order."""
     return {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}
@@ -142,8 +151,8 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
         pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=str(out), progress_bar=progress,
                             kernel_name=kernel, log_output=False, request_save_on_cell_execute=False)
     except pm.PapermillExecutionError as exc:
-        raise LongctxError(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
-                           f"The executed notebook is at {executed}.") from None
+        raise NotebookFailed(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
+                             f"The executed notebook is at {executed}.", exc.ename, exc.evalue) from None
     finally:
         for k, v in env_before.items():
             if v is None:

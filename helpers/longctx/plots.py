@@ -167,3 +167,14 @@ def loss_curves(result, ax=None, mark_best: bool = True):
     ax.set_ylabel("loss (nats/token)")
     ax.legend()
     return ax
+
+
+def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{:g}", color: str | None = None):
+    """One bar per entry, its value written on top."""
+    ax = _axes(ax)
+    names = list(values)
+    ax.bar(names, [values[n] for n in names], color=color or COLORS["parameters"])
+    for i, n in enumerate(names):
+        ax.annotate(annotate.format(values[n]), (i, values[n]), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel(ylabel)
+    return ax

@@ -1,0 +1,140 @@
+"""One rank of a multi-process run, started by torchrun (see longctx.parallel).
+
+Runs one real TRL SFTTrainer step: on one process ("single"), with context parallelism over all ranks
+("cp": accelerate ParallelismConfig(cp_size=N) + FSDP2 + torch's ring attention), or with DeepSpeed
+Ulysses sequence parallelism ("sp"). Each rank writes rank<r>.json (loss, step time, its memory
+profile) and rank 0 writes the full gradients to grads.pt, so the launcher can compare with one process.
+
+Usage (what longctx.parallel runs): torchrun --standalone --nproc_per_node N -m longctx.cp_worker SPEC.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _build_args(spec: dict, world: int):
+    from trl import SFTConfig
+
+    kwargs = dict(
+        output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, per_device_train_batch_size=1,
+        learning_rate=1e-3, lr_scheduler_type="constant", bf16=False, use_cpu=spec["device"] == "cpu",
+        report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False,
+        activation_checkpointing=spec["checkpointing"], max_length=spec["seq_len"], seed=spec["seed"],
+        data_seed=spec["seed"], packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"),
+        max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
+    )
+    if spec["mode"] == "cp":
+        from accelerate import ParallelismConfig
+
+        kwargs.update(parallelism_config=ParallelismConfig(cp_size=world, cp_backend="torch"),
+                      fsdp="full_shard", fsdp_config={"fsdp_version": 2, "reshard_after_forward": True})
+    elif spec["mode"] == "sp":
+        from accelerate import ParallelismConfig
+        from accelerate.utils import DeepSpeedSequenceParallelConfig
+
+        kwargs.update(
+            parallelism_config=ParallelismConfig(
+                sp_size=world, sp_backend="deepspeed",
+                sp_handler=DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True, sp_attn_implementation="sdpa")),
+            deepspeed={"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                       "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}},
+            accelerator_config={"use_configured_state": True})
+    return SFTConfig(**kwargs)
+
+
+def _full_grads(model, deepspeed: bool = False) -> dict:
+    """Every parameter's whole gradient (FSDP2 shards gathered; DeepSpeed's read through its own API)."""
+    grads = {}
+    for name, p in model.named_parameters():
+        if deepspeed:
+            from deepspeed.utils import safe_get_full_grad
+
+            g = safe_get_full_grad(p)
+        else:
+            g = p.grad
+        if g is not None:
+            g = g.full_tensor() if hasattr(g, "full_tensor") else g
+            grads[name.removeprefix("module.")] = g.detach().clone()
+    return grads
+
+
+def main(spec_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from transformers import TrainerCallback
+    from trl import SFTTrainer
+
+    from . import compat, data, models
+    from .memory.measure import TimelineTracker
+    from .memory.profile import GIB
+
+    spec = json.loads(Path(spec_path).read_text())
+    out = Path(spec["out"])
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if spec["device"] == "cpu" and spec["mode"] == "cp":
+        compat.register_cpu_ring_attention()
+        compat.accelerate_fsdp_on_cpu()
+    if spec["mode"] == "sp":
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+        from accelerate import PartialState
+
+        PartialState(backend="gloo" if spec["device"] == "cpu" else "nccl")
+    torch.manual_seed(spec["seed"])
+    model = models.load(spec["model"], seed=spec["seed"])
+    dataset = data.long_sequences(spec["seq_len"], 1, seed=spec["seed"])
+    args = _build_args(spec, world)
+    record: dict = {"rank": rank, "world": world, "mode": spec["mode"]}
+    tracker_box: dict = {}
+
+    class Measure(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+            tracker = TimelineTracker(spec["device"])
+            tracker.track_external(model, optimizer)
+            tracker.__enter__()
+            tracker.record()
+            tracker_box["t"] = tracker
+            record["start"] = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if spec["mode"] != "sp":  # under DeepSpeed the gradients are read by capture_deepspeed_grads
+                tracker_box["grads"] = _full_grads(model)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            record["step_seconds"] = time.perf_counter() - record["start"]
+            tracker = tracker_box["t"]
+            tracker.record()
+            tracker.__exit__(None, None, None)
+            prof = tracker.profile("memtracker")
+            record["peak_bytes"] = prof.peak_bytes
+            record["max_by_category"] = prof.max_by_category()
+            record["activations_peak_bytes"] = prof.max_by_category()["activations"]
+
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=data.tokenizer(),
+                         callbacks=[Measure()])
+    if spec["mode"] == "sp":
+        with compat.before_deepspeed_step(lambda: tracker_box.update(grads=_full_grads(trainer.model, deepspeed=True))):
+            trainer.train()
+    else:
+        trainer.train()
+    record["loss"] = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
+    if rank == 0:
+        grads = tracker_box.get("grads", {})
+        torch.save(grads, out / "grads.pt")
+        record["grad_norm"] = float(sum((g.double() ** 2).sum() for g in grads.values()) ** 0.5)
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # torch FSDP2+CP processes sometimes abort at interpreter exit ("terminate called without an active
+    # exception"); every rank has written its results and passed the barrier, so leave without teardown.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

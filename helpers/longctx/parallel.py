@@ -1,0 +1,185 @@
+"""Split the sequence across processes: context parallelism (CP) and Ulysses sequence parallelism (SP).
+
+- CP (accelerate `ParallelismConfig(cp_size=N)`, FSDP2, torch's ring attention): every rank holds a
+  slice of the tokens; attention passes keys and values around a ring. Any number of ranks; causal
+  SDPA only (the mask is replaced by `is_causal=True`); sequences padded to a multiple of 2·cp_size
+  (each rank holds two chunks, for load balance).
+- SP (DeepSpeed Ulysses, `sp_size`): all-to-all swaps the token split for a head split around
+  attention, so each rank attends over the whole sequence for some heads: at most as many ranks as
+  KV heads, and a divisor of them.
+
+`launch()` starts an N-process run of `longctx.cp_worker` through torchrun (gloo on CPUs, NCCL on
+GPUs), shows progress, collects every rank's results and fails with the run's own error text.
+Every refusal below is raised before a process starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LongctxError
+
+MODES = ("single", "cp", "sp")
+
+
+def padded_length(seq_len: int, cp_size: int) -> int:
+    """The next length CP accepts: a multiple of 2·cp_size."""
+    step = 2 * cp_size
+    return -(-seq_len // step) * step
+
+
+def attention_kinds(cfg) -> set[str]:
+    """The attention kinds a config's layers use ("full_attention", "sliding_attention", ...)."""
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+        kinds.add("sliding_attention")
+    if getattr(cfg, "attention_chunk_size", None):
+        kinds.add("chunked_attention")
+    return kinds
+
+
+def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing: bool = False) -> None:
+    """Refuse what CP/SP cannot run, naming the fix."""
+    from .data import check_positive_int
+
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("cp_size", cp_size)
+    check_positive_int("sp_size", sp_size)
+    if cp_size > 1 and sp_size > 1:
+        raise LongctxError(f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism "
+                           "(FSDP2) or DeepSpeed Ulysses, not both in one run; choose one of them.")
+    if cp_size > 1:
+        if packing:
+            raise LongctxError("Packing cannot be used with context parallelism: CP replaces the attention mask by "
+                               "is_causal=True, so packed documents would attend across their boundaries. Set "
+                               "packing=False (one sequence per row), or cp_size=1.")
+        if seq_len % (2 * cp_size):
+            raise LongctxError(f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "
+                               f"{padded_length(seq_len, cp_size)} (pad_to_multiple_of={2 * cp_size}).")
+        other = attention_kinds(cfg) - {"full_attention"}
+        if other:
+            raise LongctxError(f"This model has {', '.join(sorted(other))} layers; context parallelism supports full "
+                               "causal attention only. Use a model without sliding-window/chunked layers, or Ulysses "
+                               "sequence parallelism (sp_size) instead.")
+    if sp_size > 1:
+        kv = cfg.get_text_config().num_key_value_heads if hasattr(cfg, "get_text_config") else cfg.num_key_value_heads
+        if sp_size > kv or kv % sp_size:
+            fits = [n for n in range(1, kv + 1) if kv % n == 0]
+            raise LongctxError(f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): "
+                               f"use one of {fits}, or context parallelism for more ranks.")
+
+
+def deepspeed_available() -> bool:
+    try:
+        import deepspeed  # noqa: F401
+    except Exception:  # ImportError, or a broken build
+        return False
+    return True
+
+
+@dataclass
+class ParallelRun:
+    mode: str
+    nprocs: int
+    ranks: list[dict]  # one record per rank (cp_worker's rank<r>.json)
+    out: Path
+    seconds: float  # wall time of the whole launch
+
+    @property
+    def loss(self) -> float:
+        return self.ranks[0]["loss"]
+
+    def grads(self):
+        import torch
+
+        return torch.load(self.out / "grads.pt")
+
+    @property
+    def step_seconds(self) -> float:
+        return max(r["step_seconds"] for r in self.ranks)
+
+    @property
+    def activations_peak_bytes(self) -> int:  # the largest rank's
+        return max(r["activations_peak_bytes"] for r in self.ranks)
+
+
+def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path, seed: int = 0,
+           checkpointing: bool = False, device: str | None = None, timeout: float = 1800,
+           progress: bool = True) -> ParallelRun:
+    """Run one SFTTrainer step of `model` on one `seq_len`-token sequence over `nprocs` processes."""
+    from . import device as current_device
+    from . import models
+
+    if mode not in MODES:
+        raise LongctxError(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
+    if mode == "single" and nprocs != 1:
+        raise LongctxError("mode='single' runs one process (nprocs=1).")
+    cfg = models.config(model)
+    check_plan(cfg, seq_len, cp_size=nprocs if mode == "cp" else 1, sp_size=nprocs if mode == "sp" else 1)
+    if mode == "sp" and not deepspeed_available():
+        raise LongctxError("Ulysses sequence parallelism needs DeepSpeed: DS_BUILD_OPS=0 pip install "
+                           "--no-build-isolation 'longctx[deepspeed]' (CPU builds need no compiled ops).")
+    device = device or current_device()
+    out = Path(out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    spec = {"mode": mode, "device": device, "model": model, "seq_len": seq_len, "seed": seed,
+            "checkpointing": checkpointing, "out": str(out)}
+    (out / "spec.json").write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}",
+           "-m", "longctx.cp_worker", str(out / "spec.json")]
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
+    start = time.perf_counter()
+    log = out / "launch.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _wait(proc, out, nprocs, timeout, progress, f"{mode} × {nprocs}")
+    seconds = time.perf_counter() - start
+    files = [out / f"rank{r}.json" for r in range(nprocs)]
+    if proc.returncode != 0 or not all(f.exists() for f in files):
+        tail = "\n".join(log.read_text().splitlines()[-25:])
+        raise LongctxError(f"{mode} run over {nprocs} processes failed (exit code {proc.returncode}); "
+                           f"log {log}:\n{tail}")
+    return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, seconds)
+
+
+def _wait(proc, out: Path, nprocs: int, timeout: float, progress: bool, label: str) -> None:
+    from tqdm.auto import tqdm
+
+    deadline = time.time() + timeout
+    with tqdm(total=nprocs, desc=f"{label}: ranks done", disable=not progress, leave=False) as bar:
+        while proc.poll() is None:
+            if time.time() > deadline:
+                import signal
+
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise LongctxError(f"{label} run exceeded {timeout:.0f} s and was stopped; log: {out / 'launch.log'}")
+            bar.n = len(list(out.glob("rank*.json")))
+            bar.refresh()
+            time.sleep(0.2)
+        bar.n = len(list(out.glob("rank*.json")))
+        bar.refresh()
+
+
+def compare(reference: ParallelRun, other: ParallelRun) -> dict:
+    """Loss and gradient differences of `other` against `reference` (one process)."""
+    a, b = reference.grads(), other.grads()
+    if set(a) != set(b):
+        raise LongctxError(f"the two runs have different parameters: {sorted(set(a) ^ set(b))[:5]}")
+    dot = sum(float((a[k].double() * b[k].double()).sum()) for k in a)
+    ratio = dot / sum(float((a[k].double() ** 2).sum()) for k in a)  # least-squares scale of b against a
+    return {"loss_abs_diff": abs(reference.loss - other.loss),
+            "grad_max_abs_diff": max(float((a[k] - b[k]).abs().max()) for k in a),
+            "grad_scale": ratio,  # 1.0 when the gradients agree; a constant factor shows up here
+            "grad_max_abs_diff_after_scale": max(float((a[k] - b[k] / ratio).abs().max()) for k in a),
+            "activations_ratio": other.activations_peak_bytes / reference.activations_peak_bytes,
+            "step_seconds": other.step_seconds}

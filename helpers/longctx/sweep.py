@@ -1,0 +1,272 @@
+"""Parameter sweeps over a notebook: every point of a grid executed through papermill into its own folder.
+
+- Resumable: a point is done when its folder holds `point.json`; a re-run skips it. A point runs in a
+  temporary folder renamed into place only when it finished, so an interrupted sweep leaves no half
+  result (stale temporary folders are removed on the next run).
+- An out-of-memory failure is a result (status "oom", recorded and never re-run); any other failure is
+  recorded as "error" and retried by the next run.
+- Executors: "local" (one point at a time, or a small process pool with `jobs`), and SLURM through
+  submitit ("slurm"; "slurm-local" / "slurm-debug" run submitit's local and in-process executors, the
+  way to test a submission without a cluster).
+- At the end: one CSV table (grid values, status, every scalar of results.json) and one plot of a chosen
+  metric against the first grid key.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LongctxError
+from .paths import build_dir
+
+EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
+OOM_NAMES = ("OutOfMemoryError", "MemoryError")
+
+
+def parse_grid(items: list[str]) -> dict[str, list]:
+    """`["SEQ_LEN=256,512", "LOSS=plain,chunked"]` → {"SEQ_LEN": [256, 512], "LOSS": ["plain", "chunked"]}.
+    Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
+    from .harness import parse_overrides
+
+    if not items:
+        raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
+    grid: dict[str, list] = {}
+    for item in items:
+        if "=" not in item:
+            raise LongctxError(f"Grid entry {item!r} is not of the form KEY=V1,V2,...")
+        key, raw = item.split("=", 1)
+        values = [v for v in _split_top_level(raw) if v.strip()]
+        if not values:
+            raise LongctxError(f"Grid key {key!r} has no values.")
+        if key.strip() in grid:
+            raise LongctxError(f"Grid key {key!r} is given twice.")
+        grid[key.strip()] = [parse_overrides([f"{key}={v}"])[key.strip()] for v in values]
+    return grid
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "[{(" and 1 or ch in "]})" and -1 or 0
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+@dataclass
+class Sweep:
+    notebook: str  # the notebook's stem
+    size: str
+    grid: dict[str, list]
+    fixed: dict = field(default_factory=dict)  # overrides shared by every point
+    out: Path | None = None
+
+    def __post_init__(self) -> None:
+        from .harness import SIZES, check_parameters, declared_parameters, resolve, size_params
+
+        if self.size not in SIZES:
+            raise LongctxError(f"Unknown size {self.size!r}; use one of {', '.join(SIZES)}.")
+        path = resolve(self.notebook)
+        self.notebook = path.stem
+        if not self.grid:
+            raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
+        declared = declared_parameters(path)
+        for key in self.grid:
+            if key not in declared:
+                raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: "
+                                   f"{', '.join(declared)}.")
+        size_params(path, self.size)
+        for point in self.points():  # every point's types, before anything runs
+            check_parameters(path, {**self.fixed, **point})
+        self.out = Path(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}")
+
+    def points(self) -> list[dict]:
+        keys = list(self.grid)
+        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+
+    def folder(self, point: dict) -> Path:
+        name = "__".join(f"{k}-{_slug(v)}" for k, v in point.items())
+        return self.out / "points" / name
+
+    def pending(self) -> list[dict]:
+        return [p for p in self.points() if not is_done(self.folder(p))]
+
+
+def _slug(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"
+
+
+def is_done(folder: Path) -> bool:
+    marker = folder / "point.json"
+    if not marker.exists():
+        return False
+    return json.loads(marker.read_text()).get("status") in ("ok", "oom")
+
+
+def run_point(notebook: str, size: str, params: dict, folder: str, runner=None) -> dict:
+    """Execute one point into `folder` atomically and return its record (also written as point.json).
+    Safe to call in another process (SLURM job, pool worker)."""
+    from . import harness
+    from .notebook import write_json_atomic
+
+    folder = Path(folder)
+    if is_done(folder):
+        return json.loads((folder / "point.json").read_text())
+    runner = runner or harness.run
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    record = {"notebook": notebook, "size": size, "params": params}
+    try:
+        result = runner(notebook, size, params, out=tmp, progress=False)
+        record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
+    except harness.NotebookFailed as exc:
+        oom = exc.ename in OOM_NAMES or "out of memory" in exc.evalue.lower()
+        record.update(status="oom" if oom else "error", error=f"{exc.ename}: {exc.evalue}")
+    write_json_atomic(tmp / "point.json", record)
+    if folder.exists():  # an earlier failed attempt: replace it
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
+    return record
+
+
+def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | None = None,
+        metric: str | None = None, progress: bool = True) -> Path:
+    """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
+    from tqdm.auto import tqdm
+
+    if executor not in EXECUTORS:
+        raise LongctxError(f"Unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}.")
+    if slurm and executor == "local":
+        raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise LongctxError(f"jobs must be a positive integer, got {jobs!r}.")
+    points_dir = sweep.out / "points"
+    points_dir.mkdir(parents=True, exist_ok=True)
+    for stale in points_dir.glob(".*.tmp-*"):  # left by an interrupted run
+        shutil.rmtree(stale, ignore_errors=True)
+    todo = sweep.pending()
+    done = len(sweep.points()) - len(todo)
+    if done:
+        print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
+    calls = [(sweep.notebook, sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p))) for p in todo]
+    if executor == "local" and jobs == 1:
+        for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
+            run_point(*call)
+    elif executor == "local":
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(tqdm(pool.map(_run_call, calls), total=len(calls), desc=f"sweep {sweep.notebook}",
+                      disable=not progress))
+    else:
+        _run_submitit(sweep, calls, executor, slurm or {}, progress)
+    return write_table(sweep, metric)
+
+
+def _run_call(call):
+    return run_point(*call)
+
+
+def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
+    try:
+        import submitit
+    except ImportError:
+        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install "
+                           "submitit).") from None
+    from tqdm.auto import tqdm
+
+    cluster = {"slurm": "slurm", "slurm-local": "local", "slurm-debug": "debug"}[executor]
+    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=cluster)
+    params = {"timeout_min": int(slurm.get("time", 60)), "name": f"longctx-{sweep.notebook}"}
+    if executor == "slurm":
+        params.update(slurm_partition=slurm.get("partition"), gpus_per_node=int(slurm.get("gpus", 0)),
+                      slurm_array_parallelism=int(slurm.get("parallel", 16)))
+        params = {k: v for k, v in params.items() if v is not None}
+    ex.update_parameters(**params)
+    if not calls:
+        return
+    jobs = ex.map_array(run_point, *zip(*calls))  # one array job, one task per point
+    for job in tqdm(jobs, desc=f"sweep {sweep.notebook} ({executor})", disable=not progress):
+        job.result()
+
+
+def _scalars(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _scalars(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, (int, float, str, bool)) or value is None:
+        out[prefix] = value
+
+
+def table(sweep: Sweep) -> list[dict]:
+    """One row per point, in grid order: grid values, status, and every scalar result."""
+    rows = []
+    for point in sweep.points():
+        marker = sweep.folder(point) / "point.json"
+        record = json.loads(marker.read_text()) if marker.exists() else {"status": "missing"}
+        row = dict(point)
+        row["status"] = record.get("status")
+        row["seconds"] = record.get("seconds")
+        _scalars("", record.get("results", {}), row)
+        rows.append(row)
+    return rows
+
+
+def write_table(sweep: Sweep, metric: str | None = None) -> Path:
+    from .notebook import _jsonable
+
+    rows = table(sweep)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    path = sweep.out / "sweep.csv"
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: json.dumps(_jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+    os.replace(tmp, path)
+    if metric:
+        plot_metric(sweep, rows, metric)
+    return path
+
+
+def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
+    """`metric` against the first grid key, one line per combination of the other keys; failed points
+    (out of memory included) are marked on the x axis."""
+    from . import plots
+
+    if not any(metric in r for r in rows):
+        known = sorted({k for r in rows for k in r if k not in sweep.grid})
+        raise LongctxError(f"No point reported {metric!r}. Metrics available: {', '.join(known) or '(none yet)'}.")
+    first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
+    ax = plots._axes(ax)
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in others), []).append(r)
+    for key, members in groups.items():
+        ok = [r for r in members if r["status"] == "ok" and isinstance(r.get(metric), (int, float))]
+        label = ", ".join(f"{k}={v}" for k, v in zip(others, key)) or metric
+        ax.plot([r[first] for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
+        for r in members:
+            if r["status"] in ("oom", "error"):
+                ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7,
+                            rotation=90, va="bottom")
+    ax.set_xlabel(first)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{sweep.notebook} ({sweep.size}) sweep")
+    ax.legend(fontsize=7)
+    plots.save_figure(ax.figure, f"sweep_{_slug(metric)}", sweep.out)
+    return ax

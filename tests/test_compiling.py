@@ -1,0 +1,58 @@
+import pytest
+import torch
+
+from longctx import LongctxError, compiling, data, models
+from longctx.train import TrainConfig, make_trainer
+
+
+@pytest.mark.parametrize("pad", [0, -64, 1.5, "128", True])
+def test_bad_padding_multiples_are_refused(pad):
+    with pytest.raises(LongctxError, match="positive integer, None or 'auto'"):
+        compiling.resolve_pad(pad, "cpu")
+
+
+def test_auto_padding_follows_trl():
+    assert compiling.resolve_pad("auto", "neuron") == 128 and compiling.resolve_pad("auto", "cpu") is None
+
+
+def test_max_length_must_be_a_multiple_of_the_padding():
+    with pytest.raises(LongctxError, match="max_length=384 or 512"):
+        compiling.check_padding(128, 500)
+    assert compiling.check_padding(64, 512) == 64 and compiling.check_padding(None, 500) is None
+
+
+@pytest.mark.parametrize("cores,ok", [("0,1", True), ("2,3", True), ("0-3", True), ("1,2", False), ("0,2", False)])
+def test_neuron_core_sets(cores, ok):
+    if ok:
+        assert compiling.check_neuron_cores(cores)
+    else:
+        with pytest.raises(LongctxError, match="0,1 / 2,3 / 0-3"):
+            compiling.check_neuron_cores(cores)
+
+
+def test_census_reads_the_trainers_collator(tmp_path):
+    ds = data.varied_sequences(16, 8, 100, seed=0)
+    shapes = {}
+    for pad in (None, 32):
+        cfg = TrainConfig(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, max_length=128,
+                          extra={"pad_to_multiple_of": pad, "disable_tqdm": True})
+        census = compiling.shape_census(make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer()), 4)
+        shapes[pad] = census.distinct
+    assert all(s[1] % 32 == 0 for s in shapes[32])
+    assert len(shapes[32]) <= len(shapes[None])
+
+
+def test_counter_counts_one_compile_per_shape_with_dynamic_shapes_off():
+    fn = torch.compile(lambda x: (x * 2).sum(), backend="eager")
+    with compiling.compile_settings(fresh_cache=False), compiling.CompileCounter() as counter:
+        for n in (3, 4, 5, 3):
+            fn(torch.ones(n))
+    assert counter.count == 3 and counter.by_trigger() == {"DYNAMO": 3}
+
+
+def test_recompile_limit_is_raised_so_no_shape_falls_back_to_eager():
+    fn = torch.compile(lambda x: x + 1, backend="eager")
+    with compiling.compile_settings(fresh_cache=False), compiling.CompileCounter() as counter:
+        for n in range(1, 13):  # more shapes than dynamo's default limit of 8
+            fn(torch.ones(n))
+    assert counter.count == 12

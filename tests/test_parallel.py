@@ -1,0 +1,54 @@
+import pytest
+
+from longctx import LongctxError, models, parallel
+
+
+def _cfg(**changes):
+    cfg = models.config("tiny")
+    for k, v in changes.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(seq_len=1001, cp_size=4), r"not a multiple of 2 × cp_size = 8: pad to 1008"),
+    (dict(seq_len=1024, cp_size=2, packing=True), "Packing cannot be used with context parallelism"),
+    (dict(seq_len=1024, sp_size=4), r"must divide the model's 2 KV heads.*\[1, 2\]"),
+    (dict(seq_len=1024, sp_size=3), "must divide"),
+    (dict(seq_len=1024, cp_size=2, sp_size=2), "not both"),
+    (dict(seq_len=1024, cp_size=0), "cp_size must be a positive integer"),
+])
+def test_plan_refusals(kwargs, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        parallel.check_plan(_cfg(), **kwargs)
+
+
+@pytest.mark.parametrize("changes", [dict(use_sliding_window=True, sliding_window=128),
+                                     dict(layer_types=["full_attention", "sliding_attention"])])
+def test_sliding_window_models_are_refused_under_cp(changes):
+    with pytest.raises(LongctxError, match="sliding_attention"):
+        parallel.check_plan(_cfg(**changes), 1024, cp_size=2)
+    parallel.check_plan(_cfg(**changes), 1024, sp_size=2)  # Ulysses splits heads: sliding windows are fine
+
+
+def test_valid_plans_pass():
+    parallel.check_plan(_cfg(), 1000, cp_size=4)  # a multiple of 2 × 4
+    parallel.check_plan(_cfg(), 1001, sp_size=2)  # Ulysses has no length rule of its own here
+
+
+def test_padded_length():
+    assert parallel.padded_length(1001, 4) == 1008 and parallel.padded_length(1008, 4) == 1008
+
+
+def test_launch_refuses_before_starting_processes(tmp_path):
+    with pytest.raises(LongctxError, match="Unknown mode"):
+        parallel.launch("tp", 2, model="tiny", seq_len=64, out=tmp_path)
+    with pytest.raises(LongctxError, match="not a multiple"):
+        parallel.launch("cp", 4, model="tiny", seq_len=66, out=tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing was launched
+
+
+@pytest.mark.skipif(parallel.deepspeed_available(), reason="DeepSpeed is installed here")
+def test_ulysses_without_deepspeed_names_the_install(tmp_path):
+    with pytest.raises(LongctxError, match="DS_BUILD_OPS=0 pip install"):
+        parallel.launch("sp", 2, model="tiny", seq_len=64, out=tmp_path)

@@ -1,0 +1,142 @@
+"""Sweeps: the grid, resumability after a kill, out-of-memory points as results, the submitit path."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from longctx import LongctxError, harness, sweep
+
+GRID = ["SEQ_LEN=256,512", "TILE_TOKENS=64,128"]
+FAST = {"FULL_LENGTHS": [8192], "PLAIN_LENGTHS": [4096], "CPU_LENGTHS": [128]}  # keep each point short
+
+
+def _cli(out: Path, *extra: str) -> list[str]:
+    args = [sys.executable, "-m", "longctx.cli", "sweep", "01", "--size", "ci", "--out", str(out), "-q",
+            "--metric", "measured_peak_chunked_mib"]
+    for g in GRID:
+        args += ["--grid", g]
+    for k, v in FAST.items():
+        args += ["-p", f"{k}={json.dumps(v)}"]
+    return args + list(extra)
+
+
+def _done(out: Path) -> list[Path]:
+    return sorted(p for p in (out / "points").glob("*/point.json"))
+
+
+@pytest.fixture(scope="module")
+def killed_then_resumed(tmp_path_factory):
+    """A 2×2 sweep of notebook 01 killed after two points, then re-run."""
+    out = tmp_path_factory.mktemp("sweep")
+    proc = subprocess.Popen(_cli(out), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 600
+    while len(_done(out)) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-way: the third point is running
+    proc.wait()
+    first = {p.parent.name: p.stat().st_mtime_ns for p in _done(out)}
+    resumed = subprocess.run(_cli(out), capture_output=True, text=True, timeout=900)
+    return out, first, resumed
+
+
+def test_killed_sweep_resumes_only_the_missing_points(killed_then_resumed):
+    out, first, resumed = killed_then_resumed
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(first) == 2
+    assert f"{len(first)} of 4 points already done; running {4 - len(first)}" in resumed.stdout
+    after = {p.parent.name: p.stat().st_mtime_ns for p in _done(out)}
+    assert len(after) == 4
+    assert all(after[name] == stamp for name, stamp in first.items())  # finished points were not recomputed
+    assert not list((out / "points").glob(".*.tmp-*"))  # the killed point's half result is gone
+
+
+def test_sweep_table_and_plot(killed_then_resumed):
+    out = killed_then_resumed[0]
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
+    assert {(r["SEQ_LEN"], r["TILE_TOKENS"]) for r in rows} == {("256", "64"), ("256", "128"), ("512", "64"),
+                                                                ("512", "128")}
+    peaks = {(r["SEQ_LEN"], r["TILE_TOKENS"]): float(r["measured_peak_chunked_mib"]) for r in rows}
+    assert peaks[("512", "64")] > peaks[("256", "64")]
+    assert (out / "sweep_measured_peak_chunked_mib.png").exists()
+
+
+def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_path):
+    local_rows = {(r["SEQ_LEN"], r["TILE_TOKENS"]): r for r in csv.DictReader((killed_then_resumed[0] / "sweep.csv").open())}
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512], "TILE_TOKENS": [64]}, fixed=FAST, out=tmp_path)
+    path = sweep.run(sw, executor="slurm-local", slurm={"time": 20}, progress=False)
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+    for r in rows:  # the same measured numbers as the local executor's points
+        ref = local_rows[(r["SEQ_LEN"], r["TILE_TOKENS"])]
+        for key in ("measured_peak_plain_mib", "measured_peak_chunked_mib", "loss_plain"):
+            assert float(r[key]) == pytest.approx(float(ref[key]), rel=1e-6)
+    assert list((tmp_path / "submitit").iterdir())  # submitit's own job folders: it really submitted
+
+
+def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path):
+    calls = []
+
+    def oom_runner(notebook, size, params, out, progress):
+        calls.append(params)
+        raise harness.NotebookFailed("boom", "OutOfMemoryError", "CUDA out of memory. Tried to allocate 20 GiB")
+
+    folder = tmp_path / "points" / "SEQ_LEN-1048576"
+    record = sweep.run_point("01_chunked_loss", "ci", {"SEQ_LEN": 1048576}, str(folder), runner=oom_runner)
+    assert record["status"] == "oom" and "out of memory" in record["error"]
+    assert sweep.is_done(folder)
+    sweep.run_point("01_chunked_loss", "ci", {"SEQ_LEN": 1048576}, str(folder), runner=oom_runner)
+    assert len(calls) == 1
+
+
+def test_other_failures_are_recorded_and_retried(tmp_path):
+    def failing(notebook, size, params, out, progress):
+        raise harness.NotebookFailed("boom", "ValueError", "bad")
+
+    folder = tmp_path / "points" / "x"
+    assert sweep.run_point("01_chunked_loss", "ci", {}, str(folder), runner=failing)["status"] == "error"
+    assert not sweep.is_done(folder)
+
+
+@pytest.mark.parametrize("grid,fragment", [
+    ({}, "grid is empty"),
+    ({"NOT_A_PARAM": [1, 2]}, "Its parameters: MODEL, SEQ_LEN"),
+    ({"SEQ_LEN": ["long"]}, "SEQ_LEN must be int"),
+])
+def test_bad_sweeps_are_refused(grid, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        sweep.Sweep("01", "ci", grid)
+
+
+@pytest.mark.parametrize("items,fragment", [
+    ([], "grid is empty"), (["SEQ_LEN"], "KEY=V1,V2"), (["SEQ_LEN="], "no values"),
+    (["SEQ_LEN=1", "SEQ_LEN=2"], "given twice"),
+])
+def test_bad_grid_text(items, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        sweep.parse_grid(items)
+
+
+def test_grid_lists_keep_their_commas():
+    assert sweep.parse_grid(["CPU_LENGTHS=[128,256],[512]", "SEQ_LEN=1e3"]) == {
+        "CPU_LENGTHS": [[128, 256], [512]], "SEQ_LEN": [1000.0]}
+
+
+def test_slurm_options_need_the_slurm_executor(tmp_path):
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
+    with pytest.raises(LongctxError, match="need --executor slurm"):
+        sweep.run(sw, executor="local", slurm={"partition": "gpu"})
+
+
+def test_slurm_without_submitit_names_the_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # as if not installed
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
+    with pytest.raises(LongctxError, match=r"pip install 'longctx\[slurm\]'"):
+        sweep.run(sw, executor="slurm", slurm={"partition": "gpu"})
