@@ -121,3 +121,11 @@ def test_04_context_parallelism(ran):
     assert sp["loss_abs_diff"] <= 1e-5 and sp["activations_ratio"] <= 0.6
     # the gradients agree up to DeepSpeed's factor of sp_size (deepspeedai/DeepSpeed#5248), stated in the notebook
     assert sp["grad_scale"] == pytest.approx(2.0, rel=1e-4) and sp["grad_max_abs_diff_after_scale"] <= 1e-4
+
+
+def test_06_one_million_tokens(ran):
+    res = ran("06_one_million_tokens").results["results"]
+    assert round(res["naive_gib"]) == 288  # 36 × 1,048,576 × 4096 × 2 bytes
+    assert res["first_peak_gib"] == pytest.approx(56.0, rel=0.10)  # Qwen3-8B, CP8, the example's mixed precision
+    assert res["second_peak_gib"] == pytest.approx(63.6, rel=0.10)  # Qwen3-4B, CP4, bf16
+    assert res["first_host_gib"] == pytest.approx(36 * 131072 * 4096 * 2 / 2**30, rel=1e-6)  # this rank's inputs

@@ -81,17 +81,37 @@ def _cmd_estimate(args) -> None:
     from .memory.estimate import estimate
 
     profile = estimate(args.model, parse_length(args.seq_len), loss=args.loss, checkpointing=not args.no_checkpointing,
-                       offload=args.offload, dtype=args.dtype, batch=args.batch)
+                       offload=args.offload, dtype=args.dtype, batch=args.batch, cp_size=args.cp_size,
+                       mixed_precision=args.mixed_precision)
     summary = profile.summary()
     summary["versions"] = versions()
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
-        print(f"{args.model} at {profile.meta['seq_len']:,} tokens ({args.loss} loss, "
+        per = f", per rank of {args.cp_size} (CP)" if args.cp_size > 1 else ""
+        print(f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
               f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
               f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
               f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
               f"host {summary['host_gib']:.2f} GiB")
+
+
+def _cmd_plan(args) -> None:
+    from . import versions
+    from .plan import plan
+
+    result = plan(args.model, parse_length(args.seq_len), gpus=args.gpus, gpu_memory_gib=args.gpu_memory,
+                  mixed_precision=args.mixed_precision, progress=not args.json)
+    if args.json:
+        print(json.dumps(dict(result, versions=versions()), indent=2))
+        return
+    print(f"{args.model} at {result['seq_len']:,} tokens, up to {args.gpus} GPU(s) of {args.gpu_memory:g} GiB:")
+    for step in result["steps"]:
+        mark = "fits" if step["fits"] else "over"
+        print(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {mark:4s}  {' + '.join(step['levers'])}")
+    cheapest = result["cheapest"]
+    print(f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
+          if cheapest else f"nothing fits on {args.gpus} GPU(s) of {args.gpu_memory:g} GiB: more GPUs or memory")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,8 +155,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offload", action="store_true", help="offload checkpointed layer inputs to host memory")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
+    p.add_argument("--mixed-precision", action="store_true",
+                   help="fp32 master weights and optimizer state, bf16 compute (FSDP2; needs --cp-size > 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_estimate)
+
+    p = sub.add_parser("plan", help="add the levers one by one until a sequence fits the GPUs")
+    p.add_argument("--model", required=True, help="preset or config.json path (any model family)")
+    p.add_argument("--seq-len", required=True, help="tokens: 98304, 96k, 1M")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
+    p.add_argument("--gpu-memory", type=float, default=80.0, help="memory per GPU, GiB")
+    p.add_argument("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_plan)
 
     sub.add_parser("list", help="the notebooks and their sizes").set_defaults(func=_cmd_list)
     sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)

@@ -39,7 +39,8 @@ def attention_kinds(cfg) -> set[str]:
     """The attention kinds a config's layers use ("full_attention", "sliding_attention", ...)."""
     cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
-    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+    # Mistral-style configs have only `sliding_window`; Qwen-style ones also a `use_sliding_window` switch
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
         kinds.add("sliding_attention")
     if getattr(cfg, "attention_chunk_size", None):
         kinds.add("chunked_attention")

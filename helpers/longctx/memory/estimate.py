@@ -59,9 +59,15 @@ def _default_dtype(dtype):
 
 
 def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False,
-               batch: int = 1, lr: float = 1e-5, seed: int = 0):
+               batch: int = 1, lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False):
     """Model, optimizer (its state already created) and a `step()` closure: forward, loss, backward,
-    optimizer step. Runs the same on real tensors (measure) and under FakeTensorMode (estimate)."""
+    optimizer step. Runs the same on real tensors (measure) and under FakeTensorMode (estimate).
+
+    With a device `mesh` the model is sharded with FSDP2 over it (each decoder layer, then the root, as
+    accelerate wraps transformer layers) and the step runs under torch's `context_parallel`, which gives
+    this rank its slice of the sequence and routes attention through the ring. `mixed_precision` keeps
+    fp32 master weights and optimizer state with bf16 compute (FSDP2 MixedPrecisionPolicy), as
+    accelerate's `mixed_precision: bf16` does."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -80,6 +86,14 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
         from trl.trainer.utils import add_fused_lm_head
 
         add_fused_lm_head(net, outputs=("log_probs",))
+    if mesh is not None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed_precision \
+            else MixedPrecisionPolicy()
+        for layer in net.model.layers:
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(net, mesh=mesh, mp_policy=policy)
     net.train()
     optimizer = torch.optim.AdamW(net.parameters(), lr=lr)
     for p in net.parameters():  # one warm-up step creates AdamW's state, as before every later step
@@ -89,6 +103,14 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     ids = torch.randint(0, cfg.vocab_size, (batch, seq_len))
 
     def step():
+        if mesh is None:
+            return _step()
+        from torch.distributed.tensor.experimental import context_parallel
+
+        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]):  # this rank keeps 2 of 2·N chunks
+            return _step()
+
+    def _step():
         if loss == "chunked":
             out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
             value = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
@@ -101,25 +123,72 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     return net, optimizer, step
 
 
+def check_cp(cfg, seq_len: int, cp_size: int, *, mixed_precision: bool, fake: bool, dtype: str) -> None:
+    from ..data import check_positive_int
+    from ..parallel import check_plan
+
+    check_positive_int("cp_size", cp_size)
+    if cp_size & (cp_size - 1):
+        raise LongctxError(f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
+                           "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those.")
+    if cp_size > 1:
+        check_plan(cfg, seq_len, cp_size=cp_size)
+        if not fake:
+            raise LongctxError("A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
+                               "go through longctx.parallel.launch.")
+    if mixed_precision and (cp_size == 1 or dtype != "bf16"):
+        raise LongctxError("mixed_precision (fp32 master weights, bf16 compute) is modelled with FSDP2: use it with "
+                           "cp_size > 1 and dtype='bf16'.")
+
+
+@contextlib.contextmanager
+def _fake_mesh(cp_size: int):
+    """A one-rank view of an N-rank job: torch's fake process group (no communication) and a CPU mesh."""
+    if cp_size == 1:
+        yield None
+        return
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from .. import compat
+
+    if dist.is_initialized():
+        raise LongctxError("estimate(cp_size>1) builds its own fake process group; call it from a process that has "
+                           "no torch.distributed group initialised.")
+    compat.register_cpu_ring_attention()  # the fake "device" is the CPU: its attention kernel needs the ring handler
+    dist.init_process_group("fake", rank=0, world_size=cp_size, store=FakeStore())
+    try:
+        yield init_device_mesh("cpu", (cp_size,), mesh_dim_names=("cp",))
+    finally:
+        dist.destroy_process_group()
+
+
 def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True,
-             offload: bool = False, dtype: str = "bf16", batch: int = 1, fake: bool = True) -> MemoryProfile:
+             offload: bool = False, dtype: str = "bf16", batch: int = 1, fake: bool = True, cp_size: int = 1,
+             mixed_precision: bool = False) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
     on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same
-    step runs for real on the CPU (small models only): that is how the estimator is checked."""
+    step runs for real on the CPU (small models only): that is how the estimator is checked.
+
+    With `cp_size=N` the profile is one rank's of an N-GPU context-parallel job (FSDP2 sharding, this
+    rank's slice of the sequence, the ring's buffers), run under torch's fake process group."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from .. import compat, models
 
     cfg = models.config(model) if isinstance(model, str) else model
     check_levers(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype, batch=batch)
+    check_cp(cfg, seq_len, cp_size, mixed_precision=mixed_precision, fake=fake, dtype=dtype)
     if offload and not fake:
         raise LongctxError("A real CPU step has no separate host memory to offload to; estimate it (fake=True).")
-    layer_input = batch * seq_len * cfg.hidden_size * DTYPES[dtype].itemsize
+    layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     start = time.perf_counter()
     fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
-    with fake_mode, compat.fake_tensor_training(), _default_dtype(DTYPES[dtype]):
+    build_dtype = torch.float32 if mixed_precision else DTYPES[dtype]
+    with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype):
         net, optimizer, step = build_step(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload,
-                                          batch=batch)
+                                          batch=batch, mesh=mesh, mixed_precision=mixed_precision)
         tracker = TimelineTracker("cpu", host=HOST, band_bytes=layer_input)
         tracker.track_external(net, optimizer)
         with tracker:
@@ -131,6 +200,7 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     profile.meta.update(
         model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
         seq_len=seq_len, batch=batch, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype,
+        cp_size=cp_size, tokens_per_rank=seq_len // cp_size, mixed_precision=mixed_precision,
         params=sum(p.numel() for p in net.parameters()),
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,

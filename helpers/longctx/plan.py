@@ -1,0 +1,86 @@
+"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak.
+
+The levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward
+pass), activation offload (host traffic), then context parallelism over 2, 4, ... GPUs (more GPUs).
+The first step that fits is the cheapest combination. Every step is a fake-tensor estimate
+(`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+from .errors import LongctxError
+
+
+def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
+    """(levers, estimate keyword arguments) for each step, cheapest first."""
+    base = [(["plain loss"], dict(loss="plain", checkpointing=False)),
+            (["chunked loss"], dict(loss="chunked", checkpointing=False)),
+            (["chunked loss", "checkpointing"], dict(loss="chunked", checkpointing=True)),
+            (["chunked loss", "checkpointing", "offload"], dict(loss="chunked", checkpointing=True, offload=True))]
+    cp, n = [], 2
+    while n <= gpus:
+        cp.append((base[-1][0] + [f"context parallel ×{n}"], dict(base[-1][1], cp_size=n)))
+        n *= 2
+    return base + cp
+
+
+def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
+    from .data import check_positive_int
+    from .parallel import check_plan
+
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("gpus", gpus)
+    if gpus & (gpus - 1):
+        lower = 1 << (gpus.bit_length() - 1)
+        raise LongctxError(f"--gpus {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
+                           f"it models); use --gpus {lower} (or {lower * 2}).")
+    if not gpu_memory_gib > 0:
+        raise LongctxError(f"--gpu-memory must be a positive number of GiB, got {gpu_memory_gib!r}.")
+    if gpus > 1:
+        check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
+
+
+def _estimate(args):
+    model, seq_len, kwargs = args
+    from .memory.estimate import estimate
+
+    profile = estimate(model, seq_len, **kwargs)
+    return profile.peak_gib, profile.meta["wall_seconds"]
+
+
+def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precision: bool = False,
+         workers: int = 2, progress: bool = True) -> dict:
+    """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
+    `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
+    applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`)."""
+    from tqdm.auto import tqdm
+
+    from . import models
+
+    cfg = models.config(model)
+    check(cfg, seq_len, gpus, gpu_memory_gib)
+    steps = steps_for(gpus)
+    calls = [(model, seq_len, dict(kw, mixed_precision=mixed_precision and kw.get("cp_size", 1) > 1))
+             for _, kw in steps]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(tqdm(pool.map(_estimate, calls), total=len(calls), desc="plan: estimates", disable=not progress))
+    rows = [{"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gpu_memory_gib, "estimate_seconds": secs,
+             "gpus": kw.get("cp_size", 1)} for (levers, kw), (peak, secs) in zip(steps, results)]
+    cheapest = next((r for r in rows if r["fits"]), None)
+    return {"model": model, "seq_len": seq_len, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
+            "mixed_precision": mixed_precision, "steps": rows, "cheapest": cheapest}
+
+
+def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
+    """The guide's "naive" per-GPU figure: one saved `seq × hidden` input per layer (checkpointing), on one GPU."""
+    return cfg.num_hidden_layers * seq_len * cfg.hidden_size * dtype_bytes / 2**30
+
+
+def short_label(levers: list[str]) -> str:
+    """'chunked loss + checkpointing + offload + context parallel ×8' → '+CP×8' (the lever a step adds)."""
+    last = levers[-1]
+    short = {"plain loss": "naive", "chunked loss": "chunked", "checkpointing": "+ckpt", "offload": "+offload"}
+    return short.get(last, "+CP" + last.split()[-1] if last.startswith("context parallel") else last)

@@ -1,0 +1,97 @@
+import json
+
+import pytest
+from transformers import LlamaConfig, MistralConfig
+
+from longctx import LongctxError, plan, rope
+from longctx.cli import main
+from longctx.memory.estimate import estimate
+
+
+def _llama(tmp_path):
+    LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=4096).save_pretrained(tmp_path)
+    return str(tmp_path / "config.json")
+
+
+def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
+    assert main(["plan", "--model", _llama(tmp_path), "--seq-len", "8k", "--gpus", "2", "--gpu-memory", "0.05",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["levers"][-1] for s in out["steps"]] == ["plain loss", "chunked loss", "checkpointing", "offload",
+                                                       "context parallel ×2"]
+    peaks = [s["per_gpu_peak_gib"] for s in out["steps"]]
+    assert peaks[-1] < peaks[3] < peaks[2]  # each of the last levers lowers the peak
+    assert all(s["fits"] == (s["per_gpu_peak_gib"] <= 0.05) for s in out["steps"])
+    assert out["cheapest"] == next((s for s in out["steps"] if s["fits"]), None)
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "use --gpus 4"),
+    (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad to 1000016"),
+    (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "--gpu-memory must be a positive"),
+])
+def test_plan_refusals(kwargs, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        plan.plan("qwen3-8b", **kwargs)
+
+
+def test_plan_refuses_sliding_window_models_under_cp(tmp_path):
+    MistralConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, sliding_window=4096).save_pretrained(tmp_path)
+    with pytest.raises(LongctxError, match="sliding_attention"):
+        plan.plan(str(tmp_path / "config.json"), 1048576, gpus=8, gpu_memory_gib=80)
+
+
+def test_estimate_cli_per_rank(capsys):
+    assert main(["estimate", "--model", "tiny", "--seq-len", "4096", "--cp-size", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cp_size"] == 2 and out["tokens_per_rank"] == 2048
+    assert out["per_layer_saved_gib"] == pytest.approx(2048 * 64 * 2 / 2**30)
+    for key in ("peak_gib", "fixed_gib", "saved_layer_tensors", "host_gib"):
+        assert key in out
+
+
+def test_cp_halves_the_per_rank_activations():
+    from longctx.compat import fused_head_tiles
+
+    with fused_head_tiles(256, 1024):  # small loss tiles, so the per-token activations dominate
+        one, two = (estimate("small", 16384, cp_size=n, checkpointing=False) for n in (1, 2))
+    assert two.max_by_category()["activations"] < 0.55 * one.max_by_category()["activations"]
+    assert two.max_by_category()["optimizer"] == pytest.approx(one.max_by_category()["optimizer"] / 2, rel=0.01)
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    (dict(cp_size=3), "power of two"),
+    (dict(cp_size=2, fake=False), "fake tensors only"),
+    (dict(mixed_precision=True), "cp_size > 1"),
+])
+def test_bad_cp_estimates(kwargs, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        estimate("tiny", 1024, **kwargs)
+
+
+def test_yarn_parameters_use_transformers_keys():
+    assert rope.yarn_parameters(32768, 1048576, 1e6) == {
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 32.0, "original_max_position_embeddings": 32768}
+
+
+@pytest.mark.parametrize("args,kwargs,fragment", [
+    ((32768, 1048576, 1e6), dict(factor=16.0), "factor 16 does not match the lengths"),
+    ((32768, 32768, 1e6), {}, "not above the trained length"),
+    ((32768, 16384, 1e6), {}, "not above the trained length"),
+])
+def test_yarn_refusals(args, kwargs, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        rope.yarn_parameters(*args, **kwargs)
+
+
+def test_yarn_refuses_another_rope_theta():
+    from longctx import models
+
+    cfg = models.config("qwen3-8b")
+    with pytest.raises(LongctxError, match="use rope_theta=1e\\+06"):
+        rope.with_yarn(cfg, 32768, 1048576, theta=10000.0)
+    new = rope.with_yarn(cfg, 32768, 1048576)
+    assert new.rope_parameters["factor"] == 32.0 and new.max_position_embeddings == 1048576
+    assert cfg.rope_parameters["rope_type"] == "default"  # the original is left alone
