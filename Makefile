@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all lessons data test lab clean
+.PHONY: all lessons data test lab lab-smoke figures clean
 all: lessons
 
 $(STAMP): pyproject.toml
@@ -27,8 +27,17 @@ test: data
 	$(BIN)/pytest -q
 
 lab: data
-	$(BIN)/pip install --quiet 'jupyterlab>=4.2'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
 	$(BIN)/jupyter lab notebooks/
+
+# A real browser opens a notebook in JupyterLab and runs every cell (needs Debian's chromium package).
+lab-smoke: data
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
+	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { echo "lab-smoke needs Chromium: apt-get install chromium"; exit 1; }
+	LONGCTX_LAB_SMOKE=1 $(BIN)/pytest -q tests/browser
+
+figures: data
+	$(BIN)/longctx figures --size cpu
 
 clean:
 	rm -rf build

@@ -129,3 +129,29 @@ def test_06_one_million_tokens(ran):
     assert res["first_peak_gib"] == pytest.approx(56.0, rel=0.10)  # Qwen3-8B, CP8, the example's mixed precision
     assert res["second_peak_gib"] == pytest.approx(63.6, rel=0.10)  # Qwen3-4B, CP4, bf16
     assert res["first_host_gib"] == pytest.approx(36 * 131072 * 4096 * 2 / 2**30, rel=1e-6)  # this rank's inputs
+
+
+def test_02_yarn(ran):
+    res = ran("02_yarn").results["results"]
+    # direction of the effect at the ci size: past the trained range plain rises more than YaRN
+    plain_rise = res["plain_last"] - res["plain_in_range"]
+    yarn_rise = res["yarn_last"] - res["yarn_in_range"]
+    assert plain_rise > yarn_rise + 0.1
+    assert res["diff_last"] < 0 < res["yarn_cost_in_range"] + 0.5  # YaRN better at the end; its in-range cost is small
+    assert res["ft_first_loss_plain"] > res["ft_first_loss_yarn"]
+    assert res["wanted_length"] == res["multiple"] * res["trained_length"]
+
+
+def test_figures_regenerate_identically(ran, tmp_path):
+    """`longctx figures` at the ci size writes every guide figure; a second, independent run of the same
+    notebooks gives byte-identical files."""
+    from longctx import figures
+
+    first = figures.regenerate("ci", tmp_path / "a", runs={nb: ran(nb) for nb in set(figures.GUIDE_FIGURES.values())},
+                               progress=False)
+    second = figures.regenerate("ci", tmp_path / "b", progress=False)
+    names = {p.name for p in first.iterdir()}
+    assert {f"{n}.{ext}" for n in figures.GUIDE_FIGURES for ext in ("png", "svg")} | {"index.md"} == names
+    for name in sorted(names - {"index.md"}):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), f"{name} differs between two runs"
+    assert "long_context_cp_scaling" in (first / "index.md").read_text()

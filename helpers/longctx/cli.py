@@ -33,6 +33,21 @@ def _cmd_sweep(args) -> None:
                            f"{sw.out / 'points'} and re-run the same command to retry them.")
 
 
+def _cmd_figures(args) -> None:
+    from . import figures
+
+    out = figures.regenerate(args.size, args.out, progress=not args.quiet)
+    print(f"{len(figures.GUIDE_FIGURES)} guide figures (PNG + SVG) and index.md → {out}")
+
+
+def _cmd_pretrain(args) -> None:
+    from . import yarn
+
+    kwargs = {k: getattr(args, k) for k in yarn.BASE if getattr(args, k, None) is not None}
+    out = yarn.pretrain(args.out, progress=not args.quiet, **kwargs)
+    print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
+
+
 def _cmd_all(args) -> None:
     from . import harness
 
@@ -140,6 +155,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="sweep folder (default build/sweeps/<notebook>-<size>/)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("figures", help="regenerate every guide figure into one folder, with an index page")
+    p.add_argument("--size", default="cpu")
+    p.add_argument("--out", default=None, help="folder (default build/figures/<size>/)")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_cmd_figures)
+
+    p = sub.add_parser("pretrain", help="train the YaRN lesson's base model (default: data/yarn-base)")
+    p.add_argument("--out", default=None)
+    p.add_argument("--preset", default=None)
+    p.add_argument("--rope-theta", dest="rope_theta", type=float, default=None)
+    p.add_argument("--seq-len", dest="seq_len", type=int, default=None, help="the trained length")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--learning-rate", dest="learning_rate", type=float, default=None)
+    p.add_argument("--warmup-steps", dest="warmup_steps", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_cmd_pretrain)
 
     p = sub.add_parser("all", help="execute every notebook at a size (the main job)")
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")

@@ -1,0 +1,138 @@
+"""The YaRN lesson's pieces: a base model with a known trained range, per-token loss along a sequence,
+and the unigram entropy of the same text.
+
+`pretrain()` trains a small Qwen3-shaped model from scratch on the corpus at a short length (a real TRL
+SFTTrainer run on raw text windows), so every position it has seen is below that length. Its RoPE base
+is chosen small enough that the slowest rotary dimensions turn through a good part of a circle inside
+the trained range: the model learns to read them, which is what breaks when positions go past the
+range — the guide's story at a modest multiple instead of a large one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import LongctxError
+from .paths import data_dir
+
+BASE = {  # the lesson's base model: small, RoPE base 100 (see the module docstring), trained at 128 tokens
+    "preset": "small", "rope_theta": 100.0, "seq_len": 128, "steps": 1000, "batch": 32, "learning_rate": 3e-3,
+    "warmup_steps": 100, "seed": 0,
+}
+
+
+def command(params: dict) -> str:
+    """The `longctx pretrain` command line that rebuilds a model with `params`."""
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
+    return f"longctx pretrain {flags}"
+
+
+def checkpoint_dir() -> Path:
+    return data_dir() / "yarn-base"
+
+
+def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rope_theta: float = BASE["rope_theta"],
+             seq_len: int = BASE["seq_len"], steps: int = BASE["steps"], batch: int = BASE["batch"],
+             learning_rate: float = BASE["learning_rate"], warmup_steps: int = BASE["warmup_steps"],
+             seed: int = BASE["seed"], progress: bool = True) -> Path:
+    """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`."""
+    from . import data, models
+    from .train import TrainConfig, run_sft
+
+    out = Path(out or checkpoint_dir())
+    params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
+                  learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
+    rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
+    model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
+    dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
+    cfg = TrainConfig(output_dir=str(out / "run"), max_steps=steps, per_device_train_batch_size=batch,
+                      learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=warmup_steps,
+                      seed=seed, logging_steps=max(1, steps // 20), extra={"disable_tqdm": not progress})
+    result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    data.tokenizer().save_pretrained(out)
+    manifest = {"params": params, "trained_length": seq_len, "final_loss": result.losses[-1], "losses": result.losses,
+                "seconds": result.seconds, "command": command(params), "params_count": models.n_params(model),
+                "created": time.strftime("%Y-%m-%d")}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    import shutil
+
+    shutil.rmtree(out / "run", ignore_errors=True)
+    return out
+
+
+def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None):
+    """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from . import rope
+
+    path = Path(path or checkpoint_dir())
+    if not (path / "manifest.json").exists():
+        raise LongctxError(f"No pretrained base model at {path}: build it with `longctx pretrain` (or `make data`).")
+    trained = json.loads((path / "manifest.json").read_text())["trained_length"]
+    cfg = AutoConfig.from_pretrained(path)
+    if wanted is not None:
+        cfg = rope.with_yarn(cfg, trained, wanted, factor=factor)
+    model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def trained_length(path: str | Path | None = None) -> int:
+    return json.loads((Path(path or checkpoint_dir()) / "manifest.json").read_text())["trained_length"]
+
+
+@torch.no_grad()
+def per_token_loss(model, dataset, *, batch: int = 8, progress: bool = True) -> np.ndarray:
+    """Mean negative log-likelihood at each position (predicting token t+1 from tokens ≤ t), averaged over
+    every sequence of `dataset`; computed with TRL's fused head, which returns per-token log-probs without
+    materialising the logits."""
+    from tqdm.auto import tqdm
+    from trl.trainer.utils import add_fused_lm_head
+
+    add_fused_lm_head(model, outputs=("log_probs",))
+    ids = torch.tensor(dataset["input_ids"], device=next(model.parameters()).device)
+    total = torch.zeros(ids.shape[1] - 1, dtype=torch.float64)
+    for start in tqdm(range(0, len(ids), batch), desc="per-token loss", disable=not progress, leave=False):
+        chunk = ids[start:start + batch]
+        out = model(input_ids=chunk, labels=chunk, fused_lm_head=True, use_cache=False)
+        total += (-out.log_probs).double().sum(0)
+    return (total / len(ids)).numpy()
+
+
+def unigram_entropy(ids) -> float:
+    """Entropy (nats per token) of the token frequencies in `ids` (any array of token ids): the loss of a
+    model that knows how often each token occurs in this text and nothing about order."""
+    counts = np.bincount(np.asarray(ids).ravel()).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None):
+    """"base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
+    length must be given. With `wanted`, YaRN is set for wanted / trained positions."""
+    from . import device, models, rope
+
+    if spec == "base":
+        return load_base(wanted=wanted)
+    if trained is None:
+        raise LongctxError(f"{spec}: give its trained length (TRAINED_LENGTH) to place the YaRN rescaling.")
+    cfg = models.config(spec)
+    if wanted is not None:
+        cfg = rope.with_yarn(cfg, trained, wanted)
+    model = models.load(spec, config=cfg, dtype=torch.bfloat16 if device() == "cuda" else torch.float32)
+    model.eval()
+    return model.to(device()) if device() != "cpu" else model
+
+
+def smooth(curve: np.ndarray, window: int) -> np.ndarray:
+    """Moving average (same length; the edges average what they have)."""
+    kernel = np.ones(window)
+    return np.convolve(curve, kernel, "same") / np.convolve(np.ones_like(curve), kernel, "same")
