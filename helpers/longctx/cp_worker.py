@@ -22,7 +22,8 @@ def _build_args(spec: dict, world: int):
 
     kwargs = dict(
         output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, per_device_train_batch_size=1,
-        learning_rate=1e-3, lr_scheduler_type="constant", bf16=False, use_cpu=spec["device"] == "cpu",
+        learning_rate=1e-3, lr_scheduler_type="constant", bf16=spec["device"] == "cuda",
+        use_cpu=spec["device"] == "cpu",
         report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False,
         activation_checkpointing=spec["checkpointing"], max_length=spec["seq_len"], seed=spec["seed"],
         data_seed=spec["seed"], packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"),

@@ -54,7 +54,10 @@ def parse_grid(items: list[str]) -> dict[str, list]:
 def _split_top_level(text: str) -> list[str]:
     parts, depth, current = [], 0, ""
     for ch in text:
-        depth += ch in "[{(" and 1 or ch in "]})" and -1 or 0
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
         if ch == "," and depth == 0:
             parts.append(current)
             current = ""
