@@ -137,7 +137,8 @@ def test_02_yarn(ran):
     plain_rise = res["plain_last"] - res["plain_in_range"]
     yarn_rise = res["yarn_last"] - res["yarn_in_range"]
     assert plain_rise > yarn_rise + 0.1
-    assert res["diff_last"] < 0 < res["yarn_cost_in_range"] + 0.5  # YaRN better at the end; its in-range cost is small
+    assert res["diff_last"] < 0  # YaRN predicts better at the end of the long sequence
+    assert 0 < res["yarn_cost_in_range"] < 0.5  # and pays a small price inside the trained range
     assert res["ft_first_loss_plain"] > res["ft_first_loss_yarn"]
     assert res["wanted_length"] == res["multiple"] * res["trained_length"]
 

@@ -229,20 +229,31 @@ class CompiledRun:
                 "step_compiles": self.step_compiles}
 
 
+def padded_trainer(model, dataset, *, pad_to_multiple_of, steps: int, backend: str | None = "inductor",
+                   batch_size: int = 4, max_length: int | None = None, output_dir: str, processing_class=None,
+                   seed: int = 0, compile: bool = True):
+    """The SFTTrainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or "auto",
+    which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
+    from .train import TrainConfig, make_trainer
+
+    extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
+    if compile:
+        extra.update(torch_compile=True, torch_compile_backend=backend)
+    cfg = TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+                      max_length=max_length, seed=seed, logging_steps=steps, extra=extra)
+    return make_trainer(model, dataset, cfg, processing_class=processing_class)
+
+
 def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, backend: str = "inductor", batch_size: int = 4,
                  max_length: int | None = None, output_dir: str, processing_class=None, seed: int = 0) -> CompiledRun:
     """A real SFTTrainer run with `torch_compile=True` on `backend`, under `compile_settings()`: the shape
     census of its dataloader first, then training with every compile counted and timed."""
     from transformers import TrainerCallback
 
-    from .train import TrainConfig, make_trainer
-
     pad = check_padding(pad_to_multiple_of, max_length)
-    cfg = TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                      max_length=max_length, seed=seed, logging_steps=steps,
-                      extra=dict(torch_compile=True, torch_compile_backend=backend, pad_to_multiple_of=pad,
-                                 disable_tqdm=True))
-    trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
+    trainer = padded_trainer(model, dataset, pad_to_multiple_of=pad, steps=steps, backend=backend,
+                             batch_size=batch_size, max_length=max_length, output_dir=output_dir,
+                             processing_class=processing_class, seed=seed)
     census = shape_census(trainer, steps)
     seen: list[tuple[int, ...]] = []
     collate = trainer.data_collator

@@ -18,17 +18,16 @@ from pathlib import Path
 
 
 def _build_args(spec: dict, world: int):
-    from trl import SFTConfig
+    from .train import TrainConfig
 
-    kwargs = dict(
-        output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, per_device_train_batch_size=1,
-        learning_rate=1e-3, lr_scheduler_type="constant", bf16=spec["device"] == "cuda",
-        use_cpu=spec["device"] == "cpu",
-        report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False,
-        activation_checkpointing=spec["checkpointing"], max_length=spec["seq_len"], seed=spec["seed"],
-        data_seed=spec["seed"], packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"),
-        max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
-    )
+    extra = dict(packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"), save_strategy="no",
+                 disable_tqdm=True)
+    cfg = TrainConfig(output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, seed=spec["seed"],
+                      gradient_checkpointing=spec["checkpointing"], max_length=spec["seq_len"],
+                      bf16=spec["device"] == "cuda",
+                      max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
+                      extra=extra)
+    kwargs = {}
     if spec["mode"] == "cp":
         from accelerate import ParallelismConfig
 
@@ -45,7 +44,8 @@ def _build_args(spec: dict, world: int):
             deepspeed={"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                        "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}},
             accelerator_config={"use_configured_state": True})
-    return SFTConfig(**kwargs)
+    cfg.extra.update(kwargs)
+    return cfg.sft_config()
 
 
 def _full_grads(model, deepspeed: bool = False) -> dict:

@@ -23,7 +23,7 @@ COLORS = {
     "parameters": "#4C72B0", "buffers": "#8172B3", "gradients": "#DD8452", "optimizer": "#55A868",
     "activations": "#C44E52", "temporaries": "#DA8BC3", "other": "#937860",
     "train": "#4C72B0", "eval": "#DD8452", "plain": "#C44E52", "chunked": "#4C72B0",
-    "checkpointing": "#4C72B0", "offload": "#55A868",
+    "checkpointing": "#4C72B0", "offload": "#55A868", "yarn": "#55A868",
 }
 plt.rcParams.update(STYLE)
 
@@ -178,3 +178,45 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{
         ax.annotate(annotate.format(values[n]), (i, values[n]), ha="center", va="bottom", fontsize=8)
     ax.set_ylabel(ylabel)
     return ax
+
+
+def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, unigram: float | None = None,
+                        window: int = 32, title: str | None = None):
+    """Per-token loss against position, one faint raw line and one smoothed line per curve, the end of
+    the trained range marked, and the unigram entropy as a reference level."""
+    from .yarn import smooth
+
+    ax = _axes(ax)
+    for name, curve in curves.items():
+        positions = np.arange(1, len(curve) + 1)
+        color = COLORS.get(name)
+        ax.plot(positions, curve, lw=0.4, alpha=0.35, color=color)
+        ax.plot(positions, smooth(curve, window), lw=1.6, color=color, label=f"{name} (smoothed)")
+    _trained_mark(ax, trained)
+    if unigram is not None:
+        ax.axhline(unigram, color="grey", ls="--", lw=1, label=f"unigram entropy {unigram:.2f}")
+    ax.set_xlabel("position in the sequence")
+    ax.set_ylabel("loss (nats per token)")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: int = 32, label: str = "difference"):
+    """A paired per-position difference (smoothed) around zero, the trained range marked."""
+    from .yarn import smooth
+
+    ax = _axes(ax)
+    ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)
+    ax.axhline(0, color="grey", lw=0.8)
+    _trained_mark(ax, trained)
+    ax.set_xlabel("position in the sequence")
+    ax.set_ylabel(f"{label} (nats, smoothed)")
+    return ax
+
+
+def _trained_mark(ax, trained: int) -> None:
+    ax.axvline(trained, color="k", ls=":", lw=1)
+    ax.annotate("trained range ends", (trained, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                ha="right", fontsize=7)

@@ -132,6 +132,12 @@ def load_model(spec: str, *, trained: int | None = None, wanted: int | None = No
     return model.to(device()) if device() != "cpu" else model
 
 
+def rise(curve: np.ndarray, trained: int, tail: float = 0.2) -> float:
+    """How much the loss over the last `tail` of positions exceeds the loss over the second half of the
+    trained range (enough context, no extrapolation): the lesson's measure of "climbs past its range"."""
+    return float(curve[int((1 - tail) * len(curve)):].mean() - curve[trained // 2:trained - 1].mean())
+
+
 def smooth(curve: np.ndarray, window: int) -> np.ndarray:
     """Moving average (same length; the edges average what they have)."""
     kernel = np.ones(window)
