@@ -140,6 +140,14 @@ def test_02_yarn(ran):
     assert res["diff_last"] < 0  # YaRN predicts better at the end of the long sequence
     assert 0 < res["yarn_cost_in_range"] < 0.5  # and pays a small price inside the trained range
     assert res["ft_first_loss_plain"] > res["ft_first_loss_yarn"]
+    # the trainer's first logged loss is the untouched model's loss on that batch, scored window by window
+    assert res["ft_window_loss_plain"] == pytest.approx(res["ft_first_loss_plain"], abs=1e-3)
+    assert res["ft_window_loss_yarn"] == pytest.approx(res["ft_first_loss_yarn"], abs=1e-3)
+    # beta_fast sized to the 128-token range keeps Qwen3-4B's share of pairs untouched and costs less in range
+    reference = next(v for k, v in res["pair_splits"].items() if k.startswith("Qwen3-4B"))
+    matched = next(v for k, v in res["pair_splits"].items() if k.endswith(f"beta_fast {res['beta_fast']:g}"))
+    assert res["beta_fast"] < 32 and abs(matched["kept"] - reference["kept"]) <= 1 / 16
+    assert res["yarn_cost_in_range"] < res["yarn_cost_in_range_default_betas"]
     assert res["wanted_length"] == res["multiple"] * res["trained_length"]
 
 

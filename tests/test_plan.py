@@ -3,7 +3,7 @@ import json
 import pytest
 from transformers import LlamaConfig, MistralConfig
 
-from longctx import LongctxError, plan, rope
+from longctx import LongctxError, plan
 from longctx.cli import main
 from longctx.memory.estimate import estimate
 
@@ -69,29 +69,3 @@ def test_cp_halves_the_per_rank_activations():
 def test_bad_cp_estimates(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         estimate("tiny", 1024, **kwargs)
-
-
-def test_yarn_parameters_use_transformers_keys():
-    assert rope.yarn_parameters(32768, 1048576, 1e6) == {
-        "rope_type": "yarn", "rope_theta": 1e6, "factor": 32.0, "original_max_position_embeddings": 32768}
-
-
-@pytest.mark.parametrize("args,kwargs,fragment", [
-    ((32768, 1048576, 1e6), dict(factor=16.0), "factor 16 does not match the lengths"),
-    ((32768, 32768, 1e6), {}, "not above the trained length"),
-    ((32768, 16384, 1e6), {}, "not above the trained length"),
-])
-def test_yarn_refusals(args, kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
-        rope.yarn_parameters(*args, **kwargs)
-
-
-def test_yarn_refuses_another_rope_theta():
-    from longctx import models
-
-    cfg = models.config("qwen3-8b")
-    with pytest.raises(LongctxError, match="use rope_theta=1e\\+06"):
-        rope.with_yarn(cfg, 32768, 1048576, theta=10000.0)
-    new = rope.with_yarn(cfg, 32768, 1048576)
-    assert new.rope_parameters["factor"] == 32.0 and new.max_position_embeddings == 1048576
-    assert cfg.rope_parameters["rope_type"] == "default"  # the original is left alone

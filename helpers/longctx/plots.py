@@ -216,6 +216,23 @@ def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: i
     return ax
 
 
+def yarn_pairs(rows: dict[str, tuple[np.ndarray, np.ndarray, float]], ax=None, title: str | None = None):
+    """How YaRN treats each rotary pair: for each row `name: (turns, scaling, factor)`, the share of the pair's
+    own frequency kept (1 = left alone, 0 = divided by the full factor) against the turns the pair makes
+    inside the trained range (log scale)."""
+    ax = _axes(ax)
+    for name, (turns, scaling, factor) in rows.items():
+        kept = (scaling - 1 / factor) / (1 - 1 / factor)
+        ax.plot(turns, kept, marker="o", ms=3, lw=1.2, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("turns of the rotary pair inside the trained range")
+    ax.set_ylabel("frequency kept (1 = left alone, 0 = interpolated)")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
 def _trained_mark(ax, trained: int) -> None:
     ax.axvline(trained, color="k", ls=":", lw=1)
     ax.annotate("trained range ends", (trained, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .errors import LongctxError
+
+DEFAULT_BETA_FAST, DEFAULT_BETA_SLOW = 32.0, 1.0  # transformers 5.24's YaRN defaults (the YaRN paper's)
 
 
 def rope_theta(cfg) -> float:
@@ -14,9 +18,11 @@ def rope_theta(cfg) -> float:
     return float(theta)
 
 
-def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | None = None) -> dict:
+def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | None = None, *,
+                    beta_fast: float | None = None, beta_slow: float | None = None) -> dict:
     """`{"rope_type": "yarn", "rope_theta", "factor", "original_max_position_embeddings"}` with
-    factor = wanted / trained (given explicitly, it must agree)."""
+    factor = wanted / trained (given explicitly, it must agree); `beta_fast` / `beta_slow` (transformers'
+    defaults 32 / 1 when left out) are added only when given."""
     from .data import check_positive_int
 
     check_positive_int("trained length", trained)
@@ -28,11 +34,22 @@ def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | Non
     if factor is not None and abs(factor - computed) > 1e-9 * computed:
         raise LongctxError(f"YaRN factor {factor:g} does not match the lengths: {wanted:,} / {trained:,} = "
                            f"{computed:g}. Use factor={computed:g}, or change the wanted or trained length.")
-    return {"rope_type": "yarn", "rope_theta": float(theta), "factor": float(computed),
-            "original_max_position_embeddings": int(trained)}
+    params = {"rope_type": "yarn", "rope_theta": float(theta), "factor": float(computed),
+              "original_max_position_embeddings": int(trained)}
+    for key, value in (("beta_fast", beta_fast), ("beta_slow", beta_slow)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise LongctxError(f"YaRN {key} must be a positive number of turns, got {value!r}.")
+            params[key] = float(value)
+    fast, slow = params.get("beta_fast", DEFAULT_BETA_FAST), params.get("beta_slow", DEFAULT_BETA_SLOW)
+    if fast <= slow:
+        raise LongctxError(f"YaRN beta_fast ({fast:g}) must be above beta_slow ({slow:g}): pairs turning more than beta_fast times inside the "
+                           "trained range are left alone, those turning fewer than beta_slow times are interpolated.")
+    return params
 
 
-def with_yarn(cfg, trained: int, wanted: int, *, factor: float | None = None, theta: float | None = None):
+def with_yarn(cfg, trained: int, wanted: int, *, factor: float | None = None, theta: float | None = None,
+              beta_fast: float | None = None, beta_slow: float | None = None):
     """A copy of `cfg` with YaRN set (and max_position_embeddings raised to `wanted`). `theta`, when
     given, must be the model's own: the rescaling is defined relative to the frequencies it was trained with."""
     import copy
@@ -42,6 +59,47 @@ def with_yarn(cfg, trained: int, wanted: int, *, factor: float | None = None, th
         raise LongctxError(f"rope_theta {theta:g} is not the model's own ({own:g}); YaRN must carry the trained "
                            f"base frequency: use rope_theta={own:g}.")
     new = copy.deepcopy(cfg)
-    new.rope_parameters = yarn_parameters(trained, wanted, own, factor)
+    new.rope_parameters = yarn_parameters(trained, wanted, own, factor, beta_fast=beta_fast, beta_slow=beta_slow)
     new.max_position_embeddings = wanted
     return new
+
+
+def _head_dim(cfg) -> int:
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
+def turns(cfg, trained: int) -> np.ndarray:
+    """Full turns each rotary pair makes over `trained` positions, fastest pair first."""
+    d = _head_dim(cfg)
+    inv_freq = rope_theta(cfg) ** (-np.arange(0, d, 2) / d)
+    return trained * inv_freq / (2 * np.pi)
+
+
+def pair_scaling(cfg, trained: int, wanted: int, **betas) -> np.ndarray:
+    """How YaRN treats each rotary pair: its rescaled frequency over its own (1 = left alone, 1/factor =
+    fully interpolated, between = the ramp), from transformers' own YaRN function."""
+    import torch
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["yarn"](with_yarn(cfg, trained, wanted, **betas), torch.device("cpu"))
+    d = _head_dim(cfg)
+    own = rope_theta(cfg) ** (-np.arange(0, d, 2) / d)
+    return inv_freq.double().numpy() / own
+
+
+def split(scaling: np.ndarray, factor: float) -> dict:
+    """Shares of rotary pairs YaRN leaves alone, ramps, and fully interpolates."""
+    kept = float(np.mean(scaling > 1 - 1e-6))
+    interpolated = float(np.mean(scaling < 1 / factor + 1e-6))
+    return {"kept": kept, "ramp": 1 - kept - interpolated, "interpolated": interpolated}
+
+
+def matched_beta_fast(cfg, trained: int, reference, reference_trained: int) -> float:
+    """The beta_fast at which YaRN leaves the same share of `cfg`'s rotary pairs alone as its default
+    does for `reference` at its own trained length. The betas count turns inside the trained range, so
+    the default assumes thousands of positions: over a short range no pair turns 32 times, and every pair,
+    the fast ones included, would be squeezed. Ties go to the larger value (nearer the default)."""
+    target = split(pair_scaling(reference, reference_trained, 2 * reference_trained), 2)["kept"]
+    best = min(range(int(DEFAULT_BETA_FAST), int(DEFAULT_BETA_SLOW), -1),  # beta_slow stays at its default
+               key=lambda b: abs(split(pair_scaling(cfg, trained, 2 * trained, beta_fast=b), 2)["kept"] - target))
+    return float(best)

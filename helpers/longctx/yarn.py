@@ -3,9 +3,8 @@ and the unigram entropy of the same text.
 
 `pretrain()` trains a small Qwen3-shaped model from scratch on the corpus at a short length (a real TRL
 SFTTrainer run on raw text windows), so every position it has seen is below that length. Its RoPE base
-is chosen small enough that the slowest rotary dimensions turn through a good part of a circle inside
-the trained range: the model learns to read them, which is what breaks when positions go past the
-range — the guide's story at a modest multiple instead of a large one.
+(100) lets even the slowest rotary pairs turn part-way round inside the trained range. That is a choice,
+not a requirement: bases of 1,000 and 10,000 trained the same way rose about as much past the range.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import torch
 from .errors import LongctxError
 from .paths import data_dir
 
-BASE = {  # the lesson's base model: small, RoPE base 100 (see the module docstring), trained at 128 tokens
+BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
     "preset": "small", "rope_theta": 100.0, "seq_len": 128, "steps": 1000, "batch": 32, "learning_rate": 3e-3,
     "warmup_steps": 100, "seed": 0,
 }
@@ -67,7 +66,8 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
     return out
 
 
-def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None):
+def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None,
+              beta_fast: float | None = None):
     """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -79,7 +79,7 @@ def load_base(path: str | Path | None = None, *, wanted: int | None = None, fact
     trained = json.loads((path / "manifest.json").read_text())["trained_length"]
     cfg = AutoConfig.from_pretrained(path)
     if wanted is not None:
-        cfg = rope.with_yarn(cfg, trained, wanted, factor=factor)
+        cfg = rope.with_yarn(cfg, trained, wanted, factor=factor, beta_fast=beta_fast)
     model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=torch.float32)
     model.eval()
     return model
@@ -90,21 +90,29 @@ def trained_length(path: str | Path | None = None) -> int:
 
 
 @torch.no_grad()
-def per_token_loss(model, dataset, *, batch: int = 8, progress: bool = True) -> np.ndarray:
-    """Mean negative log-likelihood at each position (predicting token t+1 from tokens ≤ t), averaged over
-    every sequence of `dataset`; computed with TRL's fused head, which returns per-token log-probs without
-    materialising the logits."""
+def _token_losses(model, dataset, batch: int, progress: bool, desc: str):
+    """Negative log-likelihood of every next token, one (windows, positions - 1) block per forward pass,
+    from TRL's fused head, which returns per-token log-probs without materialising the logits."""
     from tqdm.auto import tqdm
     from trl.trainer.utils import add_fused_lm_head
 
     add_fused_lm_head(model, outputs=("log_probs",))
     ids = torch.tensor(dataset["input_ids"], device=next(model.parameters()).device)
-    total = torch.zeros(ids.shape[1] - 1, dtype=torch.float64)
-    for start in tqdm(range(0, len(ids), batch), desc="per-token loss", disable=not progress, leave=False):
+    for start in tqdm(range(0, len(ids), batch), desc=desc, disable=not progress, leave=False):
         chunk = ids[start:start + batch]
-        out = model(input_ids=chunk, labels=chunk, fused_lm_head=True, use_cache=False)
-        total += (-out.log_probs).double().sum(0)
-    return (total / len(ids)).numpy()
+        yield -model(input_ids=chunk, labels=chunk, fused_lm_head=True, use_cache=False).log_probs.double().cpu()
+
+
+def per_token_loss(model, dataset, *, batch: int = 8, progress: bool = True) -> np.ndarray:
+    """Mean negative log-likelihood at each position (predicting token t+1 from tokens ≤ t), averaged over
+    every sequence of `dataset`."""
+    total = sum(nll.sum(0) for nll in _token_losses(model, dataset, batch, progress, "per-token loss"))
+    return (total / len(dataset)).numpy()
+
+
+def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> np.ndarray:
+    """Mean loss of each sequence of `dataset` (what a trainer's first step reports, window by window)."""
+    return torch.cat([nll.mean(1) for nll in _token_losses(model, dataset, batch, progress, "window losses")]).numpy()
 
 
 def unigram_entropy(ids) -> float:
@@ -115,18 +123,19 @@ def unigram_entropy(ids) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None):
+def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None):
     """"base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
-    length must be given. With `wanted`, YaRN is set for wanted / trained positions."""
+    length must be given. With `wanted`, YaRN is set for wanted / trained positions (`beta_fast`: None =
+    transformers' default)."""
     from . import device, models, rope
 
     if spec == "base":
-        return load_base(wanted=wanted)
+        return load_base(wanted=wanted, beta_fast=beta_fast)
     if trained is None:
         raise LongctxError(f"{spec}: give its trained length (TRAINED_LENGTH) to place the YaRN rescaling.")
     cfg = models.config(spec)
     if wanted is not None:
-        cfg = rope.with_yarn(cfg, trained, wanted)
+        cfg = rope.with_yarn(cfg, trained, wanted, beta_fast=beta_fast)
     model = models.load(spec, config=cfg, dtype=torch.bfloat16 if device() == "cuda" else torch.float32)
     model.eval()
     return model.to(device()) if device() != "cpu" else model

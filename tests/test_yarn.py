@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+import torch
+
+from longctx import LongctxError, data, yarn
+
+
+@pytest.fixture(scope="module")
+def base():
+    return yarn.load_base()
+
+
+@pytest.fixture(scope="module")
+def windows():
+    return data.long_sequences(160, 3, split="validation", seed=3)
+
+
+def test_per_token_loss_matches_cross_entropy_of_the_logits(base, windows):
+    """The fused head's per-token log-probs give the same losses as materialised logits."""
+    ids = torch.tensor(windows["input_ids"])
+    curve = yarn.per_token_loss(base, windows, batch=2, progress=False)
+    per_window = yarn.window_losses(base, windows, batch=2, progress=False)
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(yarn.checkpoint_dir(), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = plain(input_ids=ids).logits[:, :-1].double()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    assert curve.shape == (159,) and per_window.shape == (3,)
+    np.testing.assert_allclose(curve, nll.mean(0).numpy(), atol=1e-4)
+    np.testing.assert_allclose(per_window, nll.mean(1).numpy(), atol=1e-4)
+
+
+def test_unigram_entropy():
+    assert yarn.unigram_entropy([0, 1, 2, 3] * 5) == pytest.approx(np.log(4))
+    assert yarn.unigram_entropy([7] * 9) == 0.0
+
+
+def test_rise_and_smooth():
+    curve = np.r_[np.full(100, 4.0), np.full(100, 5.0)]
+    assert yarn.rise(curve, trained=50) == pytest.approx(1.0)  # last 20% at 5, second half of the range at 4
+    assert np.allclose(yarn.smooth(np.full(10, 3.0), 4), 3.0)  # edges average what they have
+
+
+def test_yarn_model_takes_the_settings(base):
+    trained = yarn.trained_length()
+    model = yarn.load_base(wanted=4 * trained, beta_fast=4)
+    params = model.config.rope_parameters
+    assert params["rope_type"] == "yarn" and params["factor"] == 4.0 and params["beta_fast"] == 4.0
+    assert params["original_max_position_embeddings"] == trained and model.config.max_position_embeddings == 4 * trained
+    with pytest.raises(LongctxError, match="does not match the lengths"):
+        yarn.load_base(wanted=4 * trained, factor=8.0)
+
+
+def test_missing_base_model_names_the_command(tmp_path):
+    with pytest.raises(LongctxError, match="longctx pretrain"):
+        yarn.load_base(tmp_path)
