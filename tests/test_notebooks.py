@@ -143,6 +143,7 @@ def test_02_yarn(ran):
     # the trainer's first logged loss is the untouched model's loss on that batch, scored window by window
     assert res["ft_window_loss_plain"] == pytest.approx(res["ft_first_loss_plain"], abs=1e-3)
     assert res["ft_window_loss_yarn"] == pytest.approx(res["ft_first_loss_yarn"], abs=1e-3)
+    assert res["ft_window_gap_se"] is not None and res["ft_window_gap_se"] > 0  # ci scores two windows
     # beta_fast sized to the 128-token range keeps Qwen3-4B's share of pairs untouched and costs less in range
     reference = next(v for k, v in res["pair_splits"].items() if k.startswith("Qwen3-4B"))
     matched = next(v for k, v in res["pair_splits"].items() if k.endswith(f"beta_fast {res['beta_fast']:g}"))
