@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+import torch
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from longctx import LongctxError, models, rope
 
@@ -20,8 +22,6 @@ def test_yarn_refusals(args, kwargs, fragment):
 
 
 def test_yarn_refuses_another_rope_theta():
-    from longctx import models
-
     cfg = models.config("qwen3-8b")
     with pytest.raises(LongctxError, match="use rope_theta=1e\\+06"):
         rope.with_yarn(cfg, 32768, 1048576, theta=10000.0)
@@ -35,9 +35,6 @@ def test_yarn_betas_use_transformers_keys():
     assert params["beta_fast"] == 4.0 and "beta_slow" not in params
     cfg = rope.with_yarn(models.config("small", rope_parameters={"rope_type": "default", "rope_theta": 100.0}),
                          128, 1536, beta_fast=4)
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    import torch
-
     with_beta, _ = ROPE_INIT_FUNCTIONS["yarn"](cfg, torch.device("cpu"))
     cfg.rope_parameters.pop("beta_fast")
     default, _ = ROPE_INIT_FUNCTIONS["yarn"](cfg, torch.device("cpu"))
