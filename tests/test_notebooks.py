@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from longctx import harness
+from longctx import harness, rope
 
 NOTEBOOKS = list(harness.notebooks())
 
@@ -147,7 +147,7 @@ def test_02_yarn(ran):
     # beta_fast sized to the 128-token range keeps Qwen3-4B's share of pairs untouched and costs less in range
     reference = next(v for k, v in res["pair_splits"].items() if k.startswith("Qwen3-4B"))
     matched = next(v for k, v in res["pair_splits"].items() if k.endswith(f"beta_fast {res['beta_fast']:g}"))
-    assert res["beta_fast"] < 32 and abs(matched["kept"] - reference["kept"]) <= 1 / 16
+    assert res["beta_fast"] < rope.DEFAULT_BETA_FAST and abs(matched["kept"] - reference["kept"]) <= 1 / 16
     assert res["yarn_cost_in_range"] < res["yarn_cost_in_range_default_betas"]
     assert res["wanted_length"] == res["multiple"] * res["trained_length"]
 

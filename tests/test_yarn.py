@@ -36,9 +36,10 @@ def test_unigram_entropy():
     assert yarn.unigram_entropy([7] * 9) == 0.0
 
 
-def test_rise_and_smooth():
-    curve = np.r_[np.full(100, 4.0), np.full(100, 5.0)]
-    assert yarn.rise(curve, trained=50) == pytest.approx(1.0)  # last 20% at 5, second half of the range at 4
+def test_stretches_rise_and_smooth():
+    curve = np.r_[np.full(24, 9.0), np.full(26, 4.0), np.full(150, 5.0)]  # positions 25..49: the range's 2nd half
+    assert yarn.stretches(curve, trained=50) == {"in_range": 4.0, "last": 5.0}
+    assert yarn.rise(curve, trained=50) == pytest.approx(1.0)
     assert np.allclose(yarn.smooth(np.full(10, 3.0), 4), 3.0)  # edges average what they have
 
 
@@ -55,3 +56,20 @@ def test_yarn_model_takes_the_settings(base):
 def test_missing_base_model_names_the_command(tmp_path):
     with pytest.raises(LongctxError, match="longctx pretrain"):
         yarn.load_base(tmp_path)
+
+
+def test_text_windows_pick_the_split():
+    held = yarn.text_windows(64, 2, dataset="corpus", seed=5)
+    assert held["input_ids"] == data.long_sequences(64, 2, "validation", seed=5)["input_ids"]
+    train = yarn.text_windows(64, 2, dataset="corpus", held_out=False, seed=5)
+    assert train["input_ids"] == data.long_sequences(64, 2, "train", seed=5)["input_ids"]
+
+
+@pytest.mark.parametrize("spec,dataset,fragment", [
+    ("Qwen/Qwen3-4B", "corpus", "Use DATASET='pg19'"),
+    ("base", "wikitext", "Unknown dataset"),
+])
+def test_tokenizer_for_refuses_a_mismatch(spec, dataset, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        yarn.tokenizer_for(spec, dataset)
+    assert yarn.tokenizer_for("base", "corpus").vocab_size == data.VOCAB_SIZE

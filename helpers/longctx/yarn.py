@@ -141,10 +141,46 @@ def load_model(spec: str, *, trained: int | None = None, wanted: int | None = No
     return model.to(device()) if device() != "cpu" else model
 
 
+HELD_OUT = {"corpus": "validation", "pg19": "test"}  # the corpus's held-out books; PG-19's test split, as the guide
+
+
+def tokenizer_for(spec: str, dataset: str):
+    """The tokenizer that goes with the model: the corpus BPE for "base", the model's own for anything else.
+    Another model cannot read the shipped corpus, which is stored as ids of the base model's BPE."""
+    from . import data
+
+    if dataset not in HELD_OUT:
+        raise LongctxError(f"Unknown dataset {dataset!r}; use 'corpus' (offline, shipped) or 'pg19' (hub).")
+    if spec == "base":
+        return data.tokenizer()
+    if dataset == "corpus":
+        raise LongctxError(f"MODEL={spec!r} with DATASET='corpus': the corpus is tokenized with the base model's own "
+                           f"{data.VOCAB_SIZE}-token BPE, which {spec} cannot read. Use DATASET='pg19' (or MODEL='base').")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(spec)
+
+
+def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out: bool = True, seed: int = 0):
+    """`n` windows of `length` tokens: held-out text (`HELD_OUT`) or, with held_out=False, training text."""
+    from . import data
+
+    return data.long_sequences(length, n, HELD_OUT[dataset] if held_out else "train", dataset=dataset,
+                               tokenizer=None if dataset == "corpus" else tokenizer, seed=seed)
+
+
+def stretches(curve: np.ndarray, trained: int, tail: float = 0.2) -> dict:
+    """Mean of a per-position curve over the second half of the trained range (enough context, no
+    extrapolation) and over the last `tail` of positions."""
+    return {"in_range": float(curve[trained // 2:trained - 1].mean()),
+            "last": float(curve[int((1 - tail) * len(curve)):].mean())}
+
+
 def rise(curve: np.ndarray, trained: int, tail: float = 0.2) -> float:
-    """How much the loss over the last `tail` of positions exceeds the loss over the second half of the
-    trained range (enough context, no extrapolation): the lesson's measure of "climbs past its range"."""
-    return float(curve[int((1 - tail) * len(curve)):].mean() - curve[trained // 2:trained - 1].mean())
+    """How much the loss over the last `tail` of positions exceeds the loss inside the trained range
+    (see `stretches`): the lesson's measure of "climbs past its range"."""
+    s = stretches(curve, trained, tail)
+    return s["last"] - s["in_range"]
 
 
 def smooth(curve: np.ndarray, window: int) -> np.ndarray:
