@@ -3,10 +3,15 @@
 The same recipe as TRL's `examples/sft_qwen3_8b_1m_context`: chunked loss (SFTTrainer's default),
 YaRN factor 32 on the 32,768 trained positions, checkpointing with offload, padding to a multiple of
 16 (2 × 8 ranks), context parallelism over the 8 GPUs (accelerate config beside this file), PG-19 books
-joined end to end. Before launching, the plan for this exact setup is printed (fake-tensor estimate).
+joined end to end (the parquet copy emozilla/pg19; deepmind/pg19 is a script dataset that datasets >= 4
+refuses). Check the memory of this exact set-up first, on any machine (fake tensors, no GPU):
+
+    longctx plan --model qwen3-8b --seq-len 1M --gpus 8 --gpu-memory 80 --mixed-precision
+
+then, on the node:
 
     accelerate launch --config_file scripts/context_parallel_8gpu.yaml scripts/sft_1m_context.py \
-        [--model Qwen/Qwen3-8B] [--seq-len 1M] [--steps 12] [--out Qwen3-8B-1M]
+        [--model Qwen/Qwen3-8B] [--seq-len 1M] [--steps 12] [--dataset emozilla/pg19] [--out Qwen3-8B-1M]
 """
 
 import argparse
@@ -16,7 +21,6 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # 
 
 
 def main() -> None:
-    import torch
     from accelerate import PartialState
     from transformers import AutoTokenizer
 
@@ -29,15 +33,17 @@ def main() -> None:
     ap.add_argument("--seq-len", default="1M")
     ap.add_argument("--trained-length", type=int, default=32768)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--dataset", default=data.PG19, help="a hub dataset id or a local folder of parquet files")
     ap.add_argument("--out", default="Qwen3-8B-1M")
     args = ap.parse_args()
     seq_len = parse_length(args.seq_len)
+    data.check_dataset(args.dataset)  # a script-only id is refused before any process loads a model
     state = PartialState()
     cfg = rope.with_yarn(models.config(args.model), args.trained_length, seq_len)
-    model = models.load(args.model, config=cfg, dtype=torch.bfloat16)
+    model = models.load(args.model, config=cfg, dtype="bf16")
     tok = AutoTokenizer.from_pretrained(args.model)
     with state.main_process_first():
-        dataset = data.long_sequences(seq_len, args.steps, dataset="pg19", tokenizer=tok, seed=0)
+        dataset = data.long_sequences(seq_len, args.steps, dataset=args.dataset, tokenizer=tok, seed=0)
     result = run_sft(model, dataset, TrainConfig(
         output_dir=args.out, max_steps=args.steps, max_length=seq_len, gradient_checkpointing=True, offload=True,
         bf16=True, learning_rate=1e-5, extra={"pad_to_multiple_of": 2 * state.num_processes, "save_strategy": "no"}),

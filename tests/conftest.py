@@ -7,3 +7,18 @@ import pytest
 def _isolated_build(tmp_path_factory):
     os.environ["LONGCTX_BUILD"] = str(tmp_path_factory.mktemp("build"))
     yield
+
+
+@pytest.fixture(scope="session")
+def executed(tmp_path_factory):
+    """`executed(name, size)`: the notebook run once per session at that size (the harness's RunResult)."""
+    from longctx import harness
+
+    cache = {}
+
+    def run(name, size):
+        if (name, size) not in cache:
+            cache[name, size] = harness.run(name, size, out=tmp_path_factory.mktemp(f"{name}-{size}"), progress=False)
+        return cache[name, size]
+
+    return run

@@ -20,16 +20,9 @@ def test_one_parameters_cell(name):
     assert harness.declared_parameters(harness.notebooks()[name])
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    cache = {}
-
-    def run(name):
-        if name not in cache:
-            cache[name] = harness.run(name, "ci", out=tmp_path_factory.mktemp(name), progress=False)
-        return cache[name]
-
-    return run
+@pytest.fixture
+def ran(executed):
+    return lambda name: executed(name, "ci")
 
 
 def test_00_memory_primer(ran):
@@ -51,6 +44,9 @@ def test_00_memory_primer(ran):
     assert res["best_eval_loss"] == pytest.approx(min(res["eval_losses"]), abs=1e-7)
     assert res["reevaluated_loss"] == pytest.approx(res["best_eval_loss"], abs=1e-5)
     assert res["best_checkpoint_weight_diff"] == 0.0
+    # save_total_limit: the best checkpoint and the latest stay, not one per evaluation (~29 GB at the gpu size)
+    kept = list(r.out.glob("runs/overfit-lr*/checkpoint-*"))
+    assert 1 <= len(kept) <= 2 < len(res["eval_steps"])
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"primer_budget_7b", "primer_step_profile", "primer_train_eval"} <= figures
 

@@ -107,7 +107,7 @@ def test_other_failures_are_recorded_and_retried(tmp_path):
 
 @pytest.mark.parametrize("grid,fragment", [
     ({}, "grid is empty"),
-    ({"NOT_A_PARAM": [1, 2]}, "Its parameters: MODEL, SEQ_LEN"),
+    ({"NOT_A_PARAM": [1, 2]}, "Its parameters: MODEL, DTYPE, SEQ_LEN"),
     ({"SEQ_LEN": ["long"]}, "SEQ_LEN must be int"),
 ])
 def test_bad_sweeps_are_refused(grid, fragment):

@@ -65,11 +65,10 @@ def test_text_windows_pick_the_split():
     assert train["input_ids"] == data.long_sequences(64, 2, "train", seed=5)["input_ids"]
 
 
-@pytest.mark.parametrize("spec,dataset,fragment", [
-    ("Qwen/Qwen3-4B", "corpus", "Use DATASET='pg19'"),
-    ("base", "wikitext", "Unknown dataset"),
-])
-def test_tokenizer_for_refuses_a_mismatch(spec, dataset, fragment):
-    with pytest.raises(LongctxError, match=fragment):
-        yarn.tokenizer_for(spec, dataset)
-    assert yarn.tokenizer_for("base", "corpus").vocab_size == data.VOCAB_SIZE
+def test_tokenizer_for_gives_each_model_its_own():
+    from longctx.paths import data_dir
+
+    assert yarn.tokenizer_for("base").name_or_path == data.tokenizer().name_or_path
+    # a model folder (the committed base model in hub format) brings its own tokenizer
+    own = yarn.tokenizer_for(str(data_dir() / "yarn-base"))
+    assert own.name_or_path == str(data_dir() / "yarn-base")

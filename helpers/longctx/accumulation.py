@@ -32,7 +32,7 @@ def _captured_grads(model_fn, dataset, cfg: TrainConfig, processing_class) -> di
 
     class Capture(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
-            grads.update({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+            grads.update({n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None})
 
     make_trainer(model, dataset, cfg, processing_class=processing_class, callbacks=[Capture()]).train()
     return grads
@@ -70,11 +70,15 @@ def _order(dataset, seed: int) -> list[int]:
 
 
 def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, big_order: list[int]):
-    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide."""
-    model = model_fn()
+    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide. Runs
+    on the device the trainers used (a GPU where there is one), so all three gradients come from one kind
+    of kernel."""
+    from .models import to_device
+
+    model = to_device(model_fn())
     model.train()
-    ids = torch.tensor(dataset["input_ids"])[big_order[: micro_batch * steps]]
+    ids = torch.tensor(dataset["input_ids"])[big_order[: micro_batch * steps]].to(next(model.parameters()).device)
     for i in range(steps):
         chunk = ids[i * micro_batch:(i + 1) * micro_batch]
         model(input_ids=chunk, labels=chunk).loss.backward()  # missing: / steps
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -55,10 +55,16 @@ def _cmd_all(args) -> None:
 
 
 def _cmd_list(args) -> None:
-    from . import harness
+    from . import harness, needs
 
+    if args.markdown:
+        print(needs.markdown())
+        return
     for name, path in harness.notebooks().items():
-        print(f"{name:28s} sizes: {', '.join(harness.sizes(path))}")
+        print(name)
+        for size in harness.SIZES:
+            if size in harness.sizes(path) or size == harness.REHEARSAL:
+                print(f"  {size:10s} {needs.of(name, size).describe()}")
 
 
 def _cmd_data(args) -> None:
@@ -67,8 +73,9 @@ def _cmd_data(args) -> None:
     corpus = data.fetch_corpus()
     tok = data.tokenizer()
     counts = {s: len(data.token_stream(s)) for s in data.SPLITS}
+    parquet = data.export_parquet()
     print(f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
-          f"tokens: {counts}")
+          f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}")
 
 
 def _cmd_presets(args) -> None:
@@ -135,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="execute one notebook headless at a size")
     p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
-    p.add_argument("--size", default="cpu", help="ci | cpu | gpu (default cpu)")
+    p.add_argument("--size", default="cpu", help="ci | cpu | gpu | rehearsal (default cpu; see `longctx list`)")
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="override a notebook parameter")
     p.add_argument("--out", default=None, help="output folder (default build/<notebook>/)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -204,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
 
-    sub.add_parser("list", help="the notebooks and their sizes").set_defaults(func=_cmd_list)
+    p = sub.add_parser("list", help="the notebooks, their sizes and what each size needs")
+    p.add_argument("--markdown", action="store_true", help="the table the README carries")
+    p.set_defaults(func=_cmd_list)
     sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)
     sub.add_parser("data", help="fetch the corpus and train the tokenizer").set_defaults(func=_cmd_data)
     return parser

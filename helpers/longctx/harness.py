@@ -1,8 +1,11 @@
 """Execute lesson notebooks headless through papermill, at a named size, with checked parameters.
 
 Each notebook has one cell tagged `parameters`; `notebooks/params/<notebook>/<size>.yaml` holds the
-values for a size (ci: the tests, seconds; cpu: the lesson on a laptop, minutes; gpu: full size).
-Every override is checked against the notebook's own parameter cell before a kernel starts.
+values for a size (ci: the tests, seconds; cpu: the lesson on a laptop, minutes; gpu: full size;
+rehearsal: the gpu size's values with only the hardware swapped — a local hub-format model, a local
+parquet dataset, short lengths — so its code paths run on a CPU). Every override is checked against the
+notebook's own parameter cell, and the machine against the size's needs (notebooks/params/needs.yaml),
+before a kernel starts.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from pathlib import Path
 
 import yaml
 
+from . import needs
 from .errors import LongctxError
 from .paths import build_dir, notebooks_dir
 
-SIZES = ("ci", "cpu", "gpu")
+SIZES = ("ci", "cpu", "gpu", "rehearsal")
+REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
 
 
 class NotebookFailed(LongctxError):
@@ -54,6 +59,16 @@ def sizes(notebook: Path) -> list[str]:
 
 
 def size_params(notebook: Path, size: str) -> dict:
+    if size == REHEARSAL:
+        from .paths import data_dir
+
+        rehearsal = {k: v.format(data=data_dir()) if isinstance(v, str) else v
+                     for k, v in _size_file(notebook, REHEARSAL).items()}
+        return {**_size_file(notebook, "gpu"), **rehearsal}
+    return _size_file(notebook, size)
+
+
+def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
     if not path.exists():
         raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
@@ -116,6 +131,14 @@ def check_parameters(notebook: Path, values: dict) -> None:
         if not _type_ok(declared[key], value):
             raise LongctxError(f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
                                f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}.")
+    if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source, before any kernel starts
+        from .data import check_dataset
+
+        check_dataset(values["DATASET"])
+    if isinstance(values.get("DTYPE"), str):
+        from .models import torch_dtype
+
+        torch_dtype(values["DTYPE"])
 
 
 @dataclass
@@ -139,6 +162,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     params = size_params(notebook, size)
     params.update(overrides or {})
     check_parameters(notebook, params)
+    needs.check(notebook.stem, size, params)
     out = Path(out or build_dir() / notebook.stem)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
@@ -168,8 +192,9 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
 def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = True) -> list[RunResult]:
     """The main job: every notebook at `size`, each into build/<notebook>/."""
     chosen = [resolve(n) for n in names] if names else list(notebooks().values())
-    for nb in chosen:  # check every size file exists before spending minutes on the first notebook
+    for nb in chosen:  # check every size file and the machine before spending minutes on the first notebook
         check_parameters(nb, size_params(nb, size))
+        needs.check(nb.stem, size, size_params(nb, size))
     results = []
     for nb in chosen:
         print(f"== {nb.stem} ({size})", flush=True)

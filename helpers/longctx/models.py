@@ -66,7 +66,32 @@ PRESETS: dict[str, Preset] = {
     ]
 }
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(  # "org/name": what the hub calls a repository
+    r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide
+# number assumes (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
+DTYPE_NAMES = ("fp32", "bf16", "fp16")
+
+
+def torch_dtype(name):
+    """"fp32" / "bf16" / "fp16" (or a torch.dtype) → the torch.dtype."""
+    import torch
+
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if isinstance(name, torch.dtype) and name in table.values():
+        return name
+    if name not in table:
+        raise LongctxError(f"Unknown dtype {name!r}; use one of {', '.join(DTYPE_NAMES)}.")
+    return table[name]
+
+
+def dtype_name(dtype) -> str:
+    """torch.bfloat16 → "bf16" (the inverse of torch_dtype)."""
+    return next(n for n in DTYPE_NAMES if torch_dtype(n) == torch_dtype(dtype))
+
+
+def is_preset(spec: str) -> bool:
+    return spec in PRESETS
 
 
 def preset(name: str) -> Preset:
@@ -86,25 +111,34 @@ def config(spec: str, **overrides):
     path = Path(spec)
     if path.is_file():
         return AutoConfig.from_pretrained(str(path.parent) if path.name == "config.json" else str(path), **overrides)
-    if path.is_dir() or _HUB_ID.match(spec):
+    if path.is_dir() or HUB_ID.match(spec):
         return AutoConfig.from_pretrained(spec, **overrides)
     preset(spec)  # raises with the list of presets
 
 
-def load(spec: str, *, dtype=None, seed: int = 0, **overrides):
-    """A causal LM: a preset gets random weights (seeded); a path or hub id loads real weights."""
+def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
+    """A causal LM in `dtype` ("fp32", "bf16", "fp16" or a torch.dtype): a preset gets random weights
+    (seeded); a path or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves
+    it to the accelerator)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    dtype = dtype or torch.float32
+    dtype = torch_dtype(dtype)
     if spec in PRESETS:
         torch.manual_seed(seed)
         cfg = config(spec, **overrides)
         return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     path = Path(spec)
-    if path.exists() or _HUB_ID.match(spec):
+    if path.exists() or HUB_ID.match(spec):
         return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, **overrides)
     preset(spec)  # raises with the list of presets
+
+
+def to_device(model):
+    """`model` on this machine's accelerator (the CUDA device torch has current), or left on the CPU."""
+    from . import device
+
+    return model if device() == "cpu" else model.to(device())
 
 
 def n_params(model, trainable_only: bool = False) -> int:

@@ -101,7 +101,7 @@ class ParallelRun:
     def grads(self):
         import torch
 
-        return torch.load(self.out / "grads.pt")
+        return torch.load(self.out / "grads.pt", map_location="cpu")  # never onto the notebook's GPU
 
     @property
     def step_seconds(self) -> float:
@@ -114,11 +114,13 @@ class ParallelRun:
 
 def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path, seed: int = 0,
            checkpointing: bool = False, device: str | None = None, timeout: float = 1800,
-           progress: bool = True) -> ParallelRun:
-    """Run one SFTTrainer step of `model` on one `seq_len`-token sequence over `nprocs` processes."""
+           progress: bool = True, dtype: str = "fp32") -> ParallelRun:
+    """Run one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over
+    `nprocs` processes."""
     from . import device as current_device
     from . import models
 
+    models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     if mode not in MODES:
         raise LongctxError(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
     if mode == "single" and nprocs != 1:
@@ -129,11 +131,17 @@ def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path,
         raise LongctxError("Ulysses sequence parallelism needs DeepSpeed: DS_BUILD_OPS=0 pip install "
                            "--no-build-isolation 'longctx[deepspeed]' (CPU builds need no compiled ops).")
     device = device or current_device()
+    if device == "cuda":
+        import torch
+
+        if nprocs > torch.cuda.device_count():  # NCCL needs one GPU per rank
+            raise LongctxError(f"{mode} over {nprocs} processes needs {nprocs} GPUs (one per rank); this machine has "
+                               f"{torch.cuda.device_count()}.")
     out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     spec = {"mode": mode, "device": device, "model": model, "seq_len": seq_len, "seed": seed,
-            "checkpointing": checkpointing, "out": str(out)}
+            "checkpointing": checkpointing, "out": str(out), "dtype": dtype}
     (out / "spec.json").write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}",
            "-m", "longctx.cp_worker", str(out / "spec.json")]

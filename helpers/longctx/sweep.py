@@ -164,6 +164,12 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
     if done:
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     calls = [(sweep.notebook, sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p))) for p in todo]
+    if executor != "slurm":  # the points run on this machine: check it now, not after the first point
+        from . import harness, needs
+
+        for call in calls:  # the node a SLURM job lands on checks its own hardware (harness.run)
+            needs.check(sweep.notebook, sweep.size, {**harness.size_params(harness.resolve(sweep.notebook), sweep.size),
+                                                     **call[2]})
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
             run_point(*call)

@@ -103,11 +103,18 @@ class TrainResult:
     eval_steps: list[int]
     eval_losses: list[float]
     seconds: float
-    seconds_per_step: float
+    seconds_per_step: float  # whole train() time (set-up, first-step warm-up included) / steps
     output_dir: str
     best_checkpoint: str | None
     best_eval_loss: float | None
     config: dict
+    step_seconds: list[float] = field(default_factory=list)  # each optimizer step alone (run_sft's timer)
+
+    @property
+    def steady_seconds_per_step(self) -> float | None:
+        """Mean time of the steps after the first (which pays for warm-up: allocator growth, kernels)."""
+        later = self.step_seconds[1:]
+        return sum(later) / len(later) if later else None
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -151,15 +158,42 @@ def _host_pool_callback(pool):
 def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,
             callbacks=None) -> TrainResult:
     """Build the trainer, train, and return losses, the eval curve, timings and paths."""
+    timer = _step_timer()
     trainer = make_trainer(model, train_dataset, cfg, eval_dataset=eval_dataset,
-                           processing_class=processing_class, callbacks=callbacks)
+                           processing_class=processing_class, callbacks=[*(callbacks or []), timer])
     start = time.perf_counter()
     out = trainer.train()
     seconds = time.perf_counter() - start
-    return result_of(trainer, seconds, out.global_step, cfg)
+    return result_of(trainer, seconds, out.global_step, cfg, step_seconds=timer.seconds)
 
 
-def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig) -> TrainResult:
+def _step_timer():
+    """A callback that times each optimizer step alone (waiting for the GPU to finish its work)."""
+    from transformers import TrainerCallback
+
+    def sync():
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            sync()
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            sync()
+            self.seconds.append(time.perf_counter() - self._start)
+
+    return StepTimer()
+
+
+def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds: list[float] | None = None
+              ) -> TrainResult:
     history = trainer.state.log_history
     train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
     eval_rows = [r for r in history if "eval_loss" in r]
@@ -170,6 +204,7 @@ def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig) -> Tr
         seconds=seconds, seconds_per_step=seconds / max(global_step, 1), output_dir=str(Path(cfg.output_dir)),
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_eval_loss=None if best is None or math.isnan(best) else float(best), config=asdict(cfg),
+        step_seconds=list(step_seconds or []),
     )
 
 

@@ -9,6 +9,8 @@ not a requirement: bases of 1,000 and 10,000 trained the same way rose about as 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import time
 from pathlib import Path
@@ -123,50 +125,61 @@ def unigram_entropy(ids) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None):
+def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None,
+               dtype: str = "fp32"):
     """"base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
-    length must be given. With `wanted`, YaRN is set for wanted / trained positions (`beta_fast`: None =
-    transformers' default)."""
-    from . import device, models, rope
+    length must be given, in `dtype`, on this machine's accelerator. With `wanted`, YaRN is set for
+    wanted / trained positions (`beta_fast`: None = transformers' default)."""
+    from . import models, rope
 
     if spec == "base":
         return load_base(wanted=wanted, beta_fast=beta_fast)
-    if trained is None:
+    if not trained:
         raise LongctxError(f"{spec}: give its trained length (TRAINED_LENGTH) to place the YaRN rescaling.")
     cfg = models.config(spec)
     if wanted is not None:
         cfg = rope.with_yarn(cfg, trained, wanted, beta_fast=beta_fast)
-    model = models.load(spec, config=cfg, dtype=torch.bfloat16 if device() == "cuda" else torch.float32)
+    model = models.load(spec, config=cfg, dtype=dtype)
     model.eval()
-    return model.to(device()) if device() != "cpu" else model
+    return models.to_device(model)
 
 
-HELD_OUT = {"corpus": "validation", "pg19": "test"}  # the corpus's held-out books; PG-19's test split, as the guide
+@contextlib.contextmanager
+def parked(*models):
+    """Keep `models` in host memory for the block and put them back on their device afterwards, so a
+    fine-tune on the GPU has the memory the evaluation copies held (a no-op on a CPU)."""
+    homes = [next(m.parameters()).device for m in models]
+    if all(home.type == "cpu" for home in homes):
+        yield
+        return
+    for m in models:
+        m.to("cpu")
+    gc.collect()
+    torch.cuda.empty_cache()
+    try:
+        yield
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+        for m, home in zip(models, homes):
+            m.to(home)
 
 
-def tokenizer_for(spec: str, dataset: str):
-    """The tokenizer that goes with the model: the corpus BPE for "base", the model's own for anything else.
-    Another model cannot read the shipped corpus, which is stored as ids of the base model's BPE."""
+def tokenizer_for(spec: str):
+    """The tokenizer that goes with the model: the corpus BPE for "base" (it was trained on the corpus's
+    ids), the model's own for a hub id or a model folder."""
     from . import data
 
-    if dataset not in HELD_OUT:
-        raise LongctxError(f"Unknown dataset {dataset!r}; use 'corpus' (offline, shipped) or 'pg19' (hub).")
-    if spec == "base":
-        return data.tokenizer()
-    if dataset == "corpus":
-        raise LongctxError(f"MODEL={spec!r} with DATASET='corpus': the corpus is tokenized with the base model's own "
-                           f"{data.VOCAB_SIZE}-token BPE, which {spec} cannot read. Use DATASET='pg19' (or MODEL='base').")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(spec)
+    return data.tokenizer() if spec == "base" else data.tokenizer_for(spec)
 
 
 def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out: bool = True, seed: int = 0):
-    """`n` windows of `length` tokens: held-out text (`HELD_OUT`) or, with held_out=False, training text."""
+    """`n` windows of `length` tokens of held-out text (the corpus's validation books, a `datasets`
+    source's test split) or, with held_out=False, training text. `tokenizer` None: the corpus BPE."""
     from . import data
 
-    return data.long_sequences(length, n, HELD_OUT[dataset] if held_out else "train", dataset=dataset,
-                               tokenizer=None if dataset == "corpus" else tokenizer, seed=seed)
+    return data.long_sequences(length, n, "validation" if held_out else "train", dataset=dataset,
+                               tokenizer=tokenizer, seed=seed)
 
 
 def stretches(curve: np.ndarray, trained: int, tail: float = 0.2) -> dict:

@@ -20,7 +20,10 @@ from ..train import LOSSES
 from .measure import TimelineTracker
 from .profile import CATEGORIES, GIB, MemoryProfile
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+from ..models import DTYPE_NAMES, torch_dtype
+
+DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
+DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 
 
@@ -165,7 +168,7 @@ def _fake_mesh(cp_size: int):
 
 
 def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True,
-             offload: bool = False, dtype: str = "bf16", batch: int = 1, fake: bool = True, cp_size: int = 1,
+             offload: bool = False, dtype: str = DEFAULT_DTYPE, batch: int = 1, fake: bool = True, cp_size: int = 1,
              mixed_precision: bool = False) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
     on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same

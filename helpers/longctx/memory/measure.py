@@ -26,6 +26,21 @@ _TRACKER_NAMES = {
 }
 
 
+def tensor_device(spec) -> torch.device:
+    """The device as a tensor on it reports it: "cpu:0" → cpu, "cuda" → cuda:<current>, "cuda:1" → cuda:1.
+
+    `torch.device("cuda") == torch.device("cuda", 0)` is False, and a CPU tensor's device carries no
+    index, so a profile keyed by the spelling the user typed would read nothing."""
+    device = torch.device(spec)
+    if device.type in ("cpu", "meta"):
+        return torch.device(device.type)
+    here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if here is None or here.type != device.type:
+        raise LongctxError(f"{str(device)!r} was asked for but there is no {device.type.upper()} device here; measure "
+                           "on 'cpu', or estimate the full size with longctx.memory.estimate.")
+    return torch.device(device.type, torch.accelerator.current_device_index()) if device.index is None else device
+
+
 class TimelineTracker(FrozenParamsMemTracker):
     """MemTracker that keeps the live bytes per category on `device` after every operator, the bytes on
     `host` (offloaded tensors), and the sizes of the activations alive at the end of the forward pass.
@@ -43,7 +58,9 @@ class TimelineTracker(FrozenParamsMemTracker):
         # and go, so a profile can draw one band per saved layer input.
         self.band_bytes, self._bands = band_bytes, 0
         self.band_rows: list[int] = []
-        self.device, self.host = torch.device(device), torch.device(host) if host else None
+        # MemTracker files bytes under the device of each tensor: "cpu" for CPU tensors, "cuda:0" (never a
+        # bare "cuda") for GPU ones, so the key must be spelled that way or every lookup finds nothing
+        self.device, self.host = tensor_device(device), tensor_device(host) if host else None
         self.rows: list[list[int]] = []
         self.host_rows: list[int] = []
         self.phases: list[str] = []
@@ -113,14 +130,14 @@ def measure(step: Callable[[], object], *, model: torch.nn.Module, optimizer=Non
     layer's saved input) turns on the per-layer band count; `host_pool` (an offload.HostPool) is read
     for the host bytes of a CPU run with offload.
     """
-    device = device or next(model.parameters()).device.type
-    if device == "cuda":
+    device = tensor_device(device or next(model.parameters()).device)
+    if device.type == "cuda":
         from .cuda import measure_cuda
 
-        return measure_cuda(step, model=model, optimizer=optimizer, band_bytes=band_bytes)
-    if device != "cpu":
-        raise LongctxError(f"measure() supports the 'cpu' and 'cuda' devices, not {device!r}.")
-    tracker = TimelineTracker("cpu", band_bytes=band_bytes, host_counter=(lambda: host_pool.bytes) if host_pool else None)
+        return measure_cuda(step, model=model, optimizer=optimizer, band_bytes=band_bytes, device=device)
+    if device.type != "cpu":
+        raise LongctxError(f"measure() supports the 'cpu' and 'cuda' devices, not {str(device)!r}.")
+    tracker = TimelineTracker(device, band_bytes=band_bytes, host_counter=(lambda: host_pool.bytes) if host_pool else None)
     tracker.track_external(model, optimizer)
     with tracker:
         tracker.record()

@@ -1,0 +1,67 @@
+"""The `rehearsal` size: every notebook through the `gpu` size's code paths on the CPU — a hub-format
+model folder loaded with from_pretrained, its own tokenizer, bf16 weights, text through `datasets` from a
+local parquet copy — with only the hardware and the lengths swapped. What it cannot rehearse (the CUDA
+allocator, NCCL, Triton kernels, the hub) is listed in the README."""
+
+import pytest
+
+from longctx.memory.estimate import DEFAULT_DTYPE
+from longctx.paths import data_dir
+
+
+@pytest.fixture
+def rehearse(executed):
+    return lambda name: executed(name, "rehearsal")
+
+
+def test_00_memory_primer(rehearse):
+    r = rehearse("00_memory_primer")
+    res = r.results["results"]
+    assert r.results["params"]["MODEL"] == str(data_dir() / "yarn-base")
+    assert res["model_dtype"] == DEFAULT_DTYPE
+    # pure bf16: the calculator (weights, gradients, AdamW moments in bf16) still matches to the byte
+    assert res["full_exact"] and res["lora_exact"]
+    assert res["bf16_param_ratio"] == 0.5
+    assert res["best_checkpoint_weight_diff"] == 0.0
+
+
+def test_01_chunked_loss(rehearse):
+    res = rehearse("01_chunked_loss").results["results"]
+    assert res["model_dtype"] == DEFAULT_DTYPE
+    assert res["measured_chunked_over_plain"] < 1 and res["loss_abs_diff"] <= 1e-5
+    assert res["estimate_over_measured"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_02_yarn(rehearse):
+    res = rehearse("02_yarn").results["results"]
+    assert res["model_dtype"] == DEFAULT_DTYPE
+    assert res["dataset"] == str(data_dir() / "corpus-parquet")
+    # the trainer's first logged loss is the untouched model's loss on the batch, scored again window by window
+    assert res["ft_first_loss_plain"] == pytest.approx(res["ft_window_loss_plain"], abs=1e-3)
+    assert res["ft_first_loss_yarn"] == pytest.approx(res["ft_window_loss_yarn"], abs=1e-3)
+
+
+def test_03_activation_offload(rehearse):
+    res = rehearse("03_activation_offload").results["results"]
+    assert res["model_dtype"] == DEFAULT_DTYPE
+    assert res["cpu_loss_abs_diff"] == 0.0 and res["cpu_grad_max_abs_diff"] == 0.0
+    assert res["cpu_host_bytes"] == res["cpu_host_bytes_formula"]
+
+
+def test_04_context_parallelism(rehearse):
+    r = rehearse("04_context_parallelism")
+    res = r.results["results"]
+    assert r.results["params"]["DTYPE"] == DEFAULT_DTYPE
+    # bf16 on two ranks: the same loss to bf16 rounding, each rank about half the activations
+    assert res["cp"]["2"]["loss_abs_diff"] < 0.01
+    assert res["cp"]["2"]["activations_ratio"] < 0.7
+
+
+def test_05_trainium_padding(rehearse):
+    res = rehearse("05_trainium_padding").results["results"]
+    assert res["prediction_exact"] and res["census_matches_seen"]
+
+
+def test_06_one_million_tokens(rehearse):
+    res = rehearse("06_one_million_tokens").results["results"]
+    assert res["first_peak_gib"] > 0 and res["second_peak_gib"] > 0
