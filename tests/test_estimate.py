@@ -80,3 +80,18 @@ def test_reach_finds_the_longest_fitting_length():
     assert estimate("tiny", r["seq_len"] + 1024).peak_gib > capacity  # one multiple more does not fit
     with pytest.raises(LongctxError, match="over the"):
         reach("tiny", 1e-6)
+
+
+def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
+    from transformers import BertConfig, T5Config
+
+    from longctx import models
+
+    with pytest.raises(LongctxError, match="'bert' is not a decoder-only language model"):
+        estimate(BertConfig(), 128)
+    with pytest.raises(LongctxError, match="'t5' is not a decoder-only"):
+        estimate(T5Config(), 128)
+    broken = models.config("tiny")
+    broken.num_hidden_layers = -2
+    with pytest.raises(LongctxError, match="num_hidden_layers must be a positive integer"):
+        estimate(broken, 128)

@@ -53,3 +53,81 @@ def test_every_size_file_names_only_declared_parameters():
 def test_cli_reports_errors_with_exit_code_2(capsys):
     assert main(["run", "00", "--size", "ci", "-p", "BOGUS=1"]) == 2
     assert "has no parameter 'BOGUS'" in capsys.readouterr().err
+
+
+def test_figures_refuses_a_folder_it_does_not_own_before_running_anything(tmp_path):
+    from longctx import figures
+
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    (paper / "draft.tex").write_text("my paper")
+    with pytest.raises(LongctxError, match="draft.tex.*--force"):
+        figures.regenerate("ci", paper, progress=False)
+    assert (paper / "draft.tex").read_text() == "my paper" and sorted(p.name for p in paper.iterdir()) == ["draft.tex"]
+
+
+def test_figures_moves_only_its_own_files_into_place(tmp_path):
+    from pathlib import Path
+
+    from longctx import outputs
+
+    out = tmp_path / "paper"
+    out.mkdir()
+    (out / "draft.tex").write_text("my paper")
+    checked = outputs.check_out(out, "figures", force=True)
+    with outputs.staging(checked) as tmp:  # what regenerate does once the notebooks ran
+        (Path(tmp) / "index.md").write_text("# figures")
+        outputs.place(Path(tmp), checked, "figures")
+    assert (out / "draft.tex").read_text() == "my paper" and (out / "index.md").read_text() == "# figures"
+    assert not list(tmp_path.glob(".paper.tmp-*"))  # the staging folder is gone
+    # a later run may replace its own index.md, but the folder still holds draft.tex: refused without --force
+    with pytest.raises(LongctxError, match="draft.tex"):
+        outputs.check_out(out, "figures")
+    (out / "draft.tex").unlink()
+    assert outputs.check_out(out, "figures") == checked
+
+
+def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
+    from longctx import yarn
+    from longctx.cli import main
+
+    committed = yarn.checkpoint_dir()
+    before = {p.name: p.stat().st_mtime_ns for p in committed.iterdir()}
+    assert main(["pretrain", "--steps", "1"]) == 2  # default target: the committed data/yarn-base
+    err = capsys.readouterr().err
+    assert "is not empty" in err and "--force" in err
+    assert {p.name: p.stat().st_mtime_ns for p in committed.iterdir()} == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    assert main(["pretrain", "--out", str(mine), "--steps", "1"]) == 2
+    out = yarn.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
+    assert (out / "notes.txt").read_text() == "keep me" and (out / "manifest.json").exists()
+    assert not (out / "run").exists() and not list(tmp_path.glob(".mine.tmp-*"))
+
+
+def test_values_parse_the_way_a_person_reads_them():
+    parsed = harness.parse_overrides(["A=064", "B=1:04", "C=yes", "D=2024-01-01", "E=[null, 64, auto]", "F=true",
+                                      "G='007'", "H=1e-3"])
+    assert parsed == {"A": 64, "B": "1:04", "C": "yes", "D": "2024-01-01", "E": [None, 64, "auto"], "F": True,
+                      "G": "007", "H": 1e-3}
+    with pytest.raises(LongctxError, match="SEQ_LEN must be int.*NoneType"):
+        harness.run("00", "ci", harness.parse_overrides(["SEQ_LEN=None"]))
+
+
+def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_a_recorded_failure(tmp_path):
+    import nbformat
+
+    original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
+    params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
+    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell("import os, signal\n"
+                                                                             "os.kill(os.getpid(), signal.SIGKILL)")])
+    mine.metadata = original.metadata
+    path = tmp_path / "copy" / "00_memory_primer.ipynb"
+    path.parent.mkdir()
+    nbformat.write(mine, path)
+    assert harness.resolve(str(path)) == path.resolve()
+    with pytest.raises(harness.NotebookFailed, match="kernel died") as err:
+        harness.run(str(path), "ci", out=tmp_path / "out", progress=False)
+    assert err.value.ename == "DeadKernelError"
+    assert not (tmp_path / "out" / "results.json").exists()

@@ -140,3 +140,43 @@ def test_slurm_without_submitit_names_the_install(tmp_path, monkeypatch):
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
     with pytest.raises(LongctxError, match=r"pip install 'longctx\[slurm\]'"):
         sweep.run(sw, executor="slurm", slurm={"partition": "gpu"})
+
+
+def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
+    a = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
+    point = a.points()[0]
+    folder = a.folder(point)
+    folder.mkdir(parents=True)
+    (folder / "point.json").write_text(json.dumps({"status": "ok", "key": a.key(point)}))
+    assert a.pending() == []
+    for other in (sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={**FAST, "TILE_TOKENS": 64}, out=tmp_path),
+                  sweep.Sweep("01", "cpu", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path),
+                  sweep.Sweep("03", "ci", {"SEQ_LEN": [256]}, out=tmp_path)):
+        # another fixed value, size or notebook: a new folder, nothing reused, nothing removed
+        assert other.pending() == other.points() and other.folder(point) != folder
+    assert (folder / "point.json").exists()
+
+
+def test_grid_values_are_points_once_and_never_share_a_folder(tmp_path):
+    assert sweep.parse_grid(["SEQ_LEN=32,32,032,64"]) == {"SEQ_LEN": [32, 64]}
+    sw = sweep.Sweep("01", "ci", {"MODEL": ["Qwen/Qwen3-0.6B", "Qwen_Qwen3-0.6B"]}, out=tmp_path)
+    assert len({sw.folder(p) for p in sw.points()}) == 2
+
+
+def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):
+    import socket
+
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
+    point = sw.points()[0]
+    sw.folder(point).mkdir(parents=True)
+    (sw.folder(point) / "point.json").write_text(json.dumps({"status": "ok", "key": sw.key(point)}))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    host = socket.gethostname()
+    live = tmp_path / "points" / f".other.tmp-{host}-{os.getpid()}"  # another sweep, running now
+    gone = tmp_path / "points" / f".killed.tmp-{host}-{dead}"  # a sweep that was killed
+    elsewhere = tmp_path / "points" / f".job.tmp-another-node-{dead}"  # a SLURM job on another host
+    for folder in (live, gone, elsewhere):
+        folder.mkdir()
+    sweep.run(sw, progress=False)
+    assert live.exists() and elsewhere.exists() and not gone.exists()

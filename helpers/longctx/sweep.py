@@ -1,8 +1,10 @@
 """Parameter sweeps over a notebook: every point of a grid executed through papermill into its own folder.
 
-- Resumable: a point is done when its folder holds `point.json`; a re-run skips it. A point runs in a
-  temporary folder renamed into place only when it finished, so an interrupted sweep leaves no half
-  result (stale temporary folders are removed on the next run).
+- Resumable: a point is done when its folder holds `point.json` with the point's key — a hash of
+  everything that determines its result (notebook, size, every parameter after overrides, library
+  versions); a re-run skips it, a changed setting runs anew in its own folder. A point runs in a temporary
+  folder renamed into place only when it finished, so an interrupted sweep leaves no half result (the next
+  run on the same host removes temporaries whose process has gone).
 - An out-of-memory failure is a result (status "oom", recorded and never re-run); any other failure is
   recorded as "error" and retried by the next run.
 - Executors: "local" (one point at a time, or a small process pool with `jobs`), and SLURM through
@@ -15,11 +17,13 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import itertools
 import json
 import os
 import re
 import shutil
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +37,7 @@ OOM_NAMES = ("OutOfMemoryError", "MemoryError")
 def parse_grid(items: list[str]) -> dict[str, list]:
     """`["SEQ_LEN=256,512", "LOSS=plain,chunked"]` → {"SEQ_LEN": [256, 512], "LOSS": ["plain", "chunked"]}.
     Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
-    from .harness import parse_overrides
+    from .harness import parse_value, split_top_level
 
     if not items:
         raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
@@ -42,28 +46,18 @@ def parse_grid(items: list[str]) -> dict[str, list]:
         if "=" not in item:
             raise LongctxError(f"Grid entry {item!r} is not of the form KEY=V1,V2,...")
         key, raw = item.split("=", 1)
-        values = [v for v in _split_top_level(raw) if v.strip()]
+        values = [v for v in split_top_level(raw) if v.strip()]
         if not values:
             raise LongctxError(f"Grid key {key!r} has no values.")
         if key.strip() in grid:
             raise LongctxError(f"Grid key {key!r} is given twice.")
-        grid[key.strip()] = [parse_overrides([f"{key}={v}"])[key.strip()] for v in values]
+        parsed = []
+        for v in values:  # values equal after parsing (32, 032, 32.0) are one point
+            value = parse_value(v)
+            if not any(value == p and type(value) is type(p) for p in parsed):
+                parsed.append(value)
+        grid[key.strip()] = parsed
     return grid
-
-
-def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        if ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return parts + [current]
 
 
 @dataclass
@@ -88,21 +82,36 @@ class Sweep:
             if key not in declared:
                 raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: "
                                    f"{', '.join(declared)}.")
-        size_params(path, self.size)
+        self._base = size_params(path, self.size)
         for point in self.points():  # every point's types, before anything runs
-            check_parameters(path, {**self.fixed, **point})
+            check_parameters(path, {**self._base, **self.fixed, **point})
         self.out = Path(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}")
+        from . import versions
+
+        self._versions = {k: v for k, v in versions().items() if k != "device"}
 
     def points(self) -> list[dict]:
         keys = list(self.grid)
         return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
 
+    def params(self, point: dict) -> dict:
+        """Every parameter the point runs with: the size's, the fixed overrides, the grid values."""
+        return {**self._base, **self.fixed, **point}
+
+    def key(self, point: dict) -> str:
+        """What determines the point's result — notebook, size, every parameter, library versions — hashed.
+        A finished point is reused only under the same key."""
+        identity = {"notebook": self.notebook, "size": self.size, "params": self.params(point),
+                    "versions": self._versions}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
+
     def folder(self, point: dict) -> Path:
-        name = "__".join(f"{k}-{_slug(v)}" for k, v in point.items())
-        return self.out / "points" / name
+        # readable grid values, then the key: two points never share a folder, a changed setting gets a new one
+        name = "__".join(f"{k}-{_slug(v)}" for k, v in point.items())[:120]
+        return self.out / "points" / f"{name}__{self.key(point)}"
 
     def pending(self) -> list[dict]:
-        return [p for p in self.points() if not is_done(self.folder(p))]
+        return [p for p in self.points() if not is_done(self.folder(p), self.key(p))]
 
 
 def _slug(value) -> str:
@@ -110,33 +119,55 @@ def _slug(value) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"
 
 
-def is_done(folder: Path) -> bool:
+def is_done(folder: Path, key: str | None = None) -> bool:
+    """The point in `folder` finished (ok, or out of memory), under `key` when one is given."""
     marker = folder / "point.json"
     if not marker.exists():
         return False
-    return json.loads(marker.read_text()).get("status") in ("ok", "oom")
+    record = json.loads(marker.read_text())
+    return record.get("status") in ("ok", "oom") and (key is None or record.get("key") == key)
 
 
-def run_point(notebook: str, size: str, params: dict, folder: str, runner=None) -> dict:
+def _tmp_name(folder: Path) -> Path:
+    # host and PID in the name: only the process that made a temporary folder, or a later run on the same
+    # host once that process has gone, may remove it (two sweeps on one folder leave each other alone)
+    return folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+
+
+def _is_stale(tmp: Path) -> bool:
+    host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
     """Execute one point into `folder` atomically and return its record (also written as point.json).
     Safe to call in another process (SLURM job, pool worker)."""
     from . import harness
     from .notebook import write_json_atomic
 
     folder = Path(folder)
-    if is_done(folder):
+    if is_done(folder, key):
         return json.loads((folder / "point.json").read_text())
     runner = runner or harness.run
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    tmp = _tmp_name(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    record = {"notebook": notebook, "size": size, "params": params}
+    record = {"notebook": notebook, "size": size, "params": params, "key": key}
     try:
         result = runner(notebook, size, params, out=tmp, progress=False)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
     except harness.NotebookFailed as exc:
         oom = exc.ename in OOM_NAMES or "out of memory" in exc.evalue.lower()
-        record.update(status="oom" if oom else "error", error=f"{exc.ename}: {exc.evalue}")
+        died = exc.ename == "DeadKernelError"  # killed from outside; retried by the next run, like an error
+        record.update(status="oom" if oom else "died" if died else "error", error=f"{exc.ename}: {exc.evalue}")
     write_json_atomic(tmp / "point.json", record)
     if folder.exists():  # an earlier failed attempt: replace it
         shutil.rmtree(folder)
@@ -157,19 +188,20 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
         raise LongctxError(f"jobs must be a positive integer, got {jobs!r}.")
     points_dir = sweep.out / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
-    for stale in points_dir.glob(".*.tmp-*"):  # left by an interrupted run
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in points_dir.glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
+        if _is_stale(stale):
+            shutil.rmtree(stale, ignore_errors=True)
     todo = sweep.pending()
     done = len(sweep.points()) - len(todo)
     if done:
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
-    calls = [(sweep.notebook, sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p))) for p in todo]
+    calls = [(sweep.notebook, sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
+             for p in todo]
     if executor != "slurm":  # the points run on this machine: check it now, not after the first point
-        from . import harness, needs
+        from . import needs
 
         for call in calls:  # the node a SLURM job lands on checks its own hardware (harness.run)
-            needs.check(sweep.notebook, sweep.size, {**harness.size_params(harness.resolve(sweep.notebook), sweep.size),
-                                                     **call[2]})
+            needs.check(sweep.notebook, sweep.size, sweep.params(call[2]))
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
             run_point(*call)
@@ -270,7 +302,7 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
         label = ", ".join(f"{k}={v}" for k, v in zip(others, key)) or metric
         ax.plot([r[first] for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
         for r in members:
-            if r["status"] in ("oom", "error"):
+            if r["status"] in ("oom", "error", "died"):
                 ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7,
                             rotation=90, va="bottom")
     ax.set_xlabel(first)

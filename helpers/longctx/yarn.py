@@ -40,31 +40,34 @@ def checkpoint_dir() -> Path:
 def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rope_theta: float = BASE["rope_theta"],
              seq_len: int = BASE["seq_len"], steps: int = BASE["steps"], batch: int = BASE["batch"],
              learning_rate: float = BASE["learning_rate"], warmup_steps: int = BASE["warmup_steps"],
-             seed: int = BASE["seed"], progress: bool = True) -> Path:
-    """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`."""
+             seed: int = BASE["seed"], progress: bool = True, force: bool = False) -> Path:
+    """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`. A
+    folder that already holds a model (the committed data/yarn-base by default) is refused before
+    training unless `force`, and then only the model's own files are replaced."""
     from . import data, models
     from .train import TrainConfig, run_sft
 
-    out = Path(out or checkpoint_dir())
+    from . import outputs
+
+    out = outputs.check_out(out or checkpoint_dir(), "pretrain", force=force, replace_own=False)  # before training
     params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
                   learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
     rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
     model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
     dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
-    cfg = TrainConfig(output_dir=str(out / "run"), max_steps=steps, per_device_train_batch_size=batch,
-                      learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=warmup_steps,
-                      seed=seed, logging_steps=max(1, steps // 20), extra={"disable_tqdm": not progress})
-    result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    data.tokenizer().save_pretrained(out)
-    manifest = {"params": params, "trained_length": seq_len, "final_loss": result.losses[-1], "losses": result.losses,
-                "seconds": result.seconds, "command": command(params), "params_count": models.n_params(model),
-                "created": time.strftime("%Y-%m-%d")}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    import shutil
-
-    shutil.rmtree(out / "run", ignore_errors=True)
+    with outputs.staging(out) as tmp:
+        cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), max_steps=steps, per_device_train_batch_size=batch,
+                          learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=warmup_steps,
+                          seed=seed, logging_steps=max(1, steps // 20), extra={"disable_tqdm": not progress})
+        result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
+        files = Path(tmp) / "model"
+        model.save_pretrained(files, safe_serialization=True)
+        data.tokenizer().save_pretrained(files)
+        manifest = {"params": params, "trained_length": seq_len, "final_loss": result.losses[-1],
+                    "losses": result.losses, "seconds": result.seconds, "command": command(params),
+                    "params_count": models.n_params(model), "created": time.strftime("%Y-%m-%d")}
+        (files / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        outputs.place(files, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
 
 

@@ -27,9 +27,30 @@ DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load 
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 
 
+def check_model(cfg) -> None:
+    """Refuse, before building anything, a config the estimate cannot stand for: not a decoder-only
+    language model (an encoder such as BERT, an encoder-decoder such as T5), or sizes that are not
+    positive integers."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    from ..data import check_positive_int
+
+    kind = getattr(cfg, "model_type", "")
+    encoder = kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or encoder or getattr(cfg, "is_encoder_decoder", False):
+        raise LongctxError(f"model_type {kind!r} is not a decoder-only language model; longctx estimates causal LMs "
+                           "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains.")
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        if hasattr(text, name):
+            check_positive_int(f"the config's {name}", getattr(text, name))
+
+
 def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int) -> None:
     from ..data import check_positive_int
 
+    check_model(cfg)
     check_positive_int("seq_len", seq_len)
     check_positive_int("batch", batch)
     if loss not in LOSSES:
