@@ -63,9 +63,9 @@ def real_step(case, snapshot: Path | None = None) -> dict:
     net = optimizer = step = None
     torch.set_default_dtype(DTYPES[DEFAULT_DTYPE])
     try:
-        with torch.device("cuda"):
-            net, optimizer, step = build_step(models.config(model), n, loss=loss, checkpointing=True)
-        if off:  # transformers' own path: save_on_cpu (pinned host memory) around each checkpointed layer
+        with torch.device("cuda"):  # with offload, checkpointing is turned on below, once, by transformers' own path
+            net, optimizer, step = build_step(models.config(model), n, loss=loss, checkpointing=not off)
+        if off:  # save_on_cpu (pinned host memory) around each checkpointed layer
             net.activation_checkpointing_enable(offload=True)
         profile = measure_cuda(step, model=net, optimizer=optimizer, snapshot=snapshot)
         return {"allocator_peak_gib": profile.meta["allocator_peak_gib"], "tracker_peak_gib": profile.peak_gib,
@@ -104,7 +104,7 @@ def check_inputs(out: Path) -> dict:
         check_levers(models.config(model), n, loss=loss, checkpointing=True, offload=off, dtype=DEFAULT_DTYPE, batch=1)
     for nb, overrides in NOTEBOOKS.items():
         path = harness.resolve(nb)
-        harness.check_parameters(path, {**harness.size_params(path, "gpu"), **overrides, "MODEL": str(folder)})
+        harness.check_parameters(path, {**harness.size_params(path, "gpu"), **overrides, "MODEL": str(folder)}, "gpu")
     return {"model_folder": str(folder), "cases": len(CASES), "notebooks": list(NOTEBOOKS)}
 
 

@@ -200,3 +200,12 @@ def test_run_sft_times_each_step_and_leaves_the_warm_up_out(tmp_path):
     result = run_sft(models.load("tiny"), data.long_sequences(64, 3), cfg, processing_class=data.tokenizer())
     assert len(result.step_seconds) == 3 and all(s > 0 for s in result.step_seconds)
     assert result.steady_seconds_per_step == pytest.approx(sum(result.step_seconds[1:]) / 2)
+
+
+def test_a_parquet_folder_without_a_test_split_is_named(tmp_path):
+    import shutil
+
+    shutil.copytree(data.export_parquet() / "data", tmp_path / "data")
+    (tmp_path / "data" / "test-00000-of-00001.parquet").rename(tmp_path / "data" / "validation-00000-of-00001.parquet")
+    with pytest.raises(LongctxError, match="no 'test' split"):
+        data.long_sequences(64, 1, "validation", dataset=str(tmp_path), tokenizer=data.tokenizer())

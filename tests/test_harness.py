@@ -47,7 +47,7 @@ def test_every_size_file_names_only_declared_parameters():
     for name, nb in harness.notebooks().items():
         assert set(harness.sizes(nb)) >= {"ci", "cpu", "gpu"}, name
         for size in harness.sizes(nb):
-            harness.check_parameters(nb, harness.size_params(nb, size))
+            harness.check_parameters(nb, harness.size_params(nb, size), size)
 
 
 def test_cli_reports_errors_with_exit_code_2(capsys):
@@ -131,3 +131,27 @@ def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_a_recorded_failure(
         harness.run(str(path), "ci", out=tmp_path / "out", progress=False)
     assert err.value.ename == "DeadKernelError"
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.parametrize("name,override,fragment", [
+    ("03", "LINK_GB_PER_S=0", "LINK_GB_PER_S=0 must be positive"),
+    ("04", "RANKS=[2]", "must contain 1"),
+    ("04", "RANKS=[]", "must not be empty"),
+    ("04", "RANKS=[1,64]", "asks for 64 processes"),
+    ("00", "OVERFIT_STEPS=0", "must be positive"),
+    ("00", "LEARNING_RATE=nan", "must be a finite number"),
+    ("00", "EVAL_EVERY=500", "must be at most OVERFIT_STEPS"),
+    ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
+    ("06", "GPUS=6", "power of two"),
+])
+def test_ranges_and_relations_are_refused_before_a_kernel_starts(tmp_path, name, override, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        harness.run(name, "cpu", harness.parse_overrides([override]), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_rule_names_a_declared_parameter():
+    from longctx import rules
+
+    for name, declared in ((n, harness.declared_parameters(p)) for n, p in harness.notebooks().items()):
+        assert set(rules.table().get(name, {})) <= set(declared), name

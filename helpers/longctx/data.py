@@ -425,6 +425,11 @@ def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarr
         raise
     except KeyError:
         raise LongctxError(f"{dataset!r} has no 'text' column; long_sequences joins the 'text' of each row.") from None
+    except ValueError as exc:
+        if "Bad split" not in str(exc):
+            raise
+        raise LongctxError(f"{dataset!r} has no {split!r} split ({exc}). longctx reads 'train' and, for held-out "
+                           "text, 'test' (files data/train-*.parquet and data/test-*.parquet).") from None
     if not ids:
         raise LongctxError(f"{dataset!r} split {split!r} is empty.")
     return np.asarray(ids, dtype=np.int64)

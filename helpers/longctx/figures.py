@@ -37,7 +37,7 @@ def regenerate(size: str = "cpu", out: str | Path | None = None, *, runs: dict |
     runs = dict(runs or {})
     for nb in notebooks:  # every notebook's parameters and needs before the first one runs
         params = harness.size_params(harness.resolve(nb), size)
-        harness.check_parameters(harness.resolve(nb), params)
+        harness.check_parameters(harness.resolve(nb), params, size)
         needs.check(nb, size, params)
     for nb in notebooks:
         if nb not in runs:

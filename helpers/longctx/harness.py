@@ -172,7 +172,9 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
-def check_parameters(notebook: Path, values: dict) -> None:
+def check_parameters(notebook: Path, values: dict, size: str | None = None) -> None:
+    """Names, types, ranges and relations of `values` against the notebook's parameters cell and rules.yaml
+    (at `size`: a CPU size also bounds the processes a run starts)."""
     declared = declared_parameters(notebook)
     for key, value in values.items():
         if key not in declared:
@@ -180,6 +182,10 @@ def check_parameters(notebook: Path, values: dict) -> None:
         if not _type_ok(declared[key], value):
             raise LongctxError(f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
                                f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}.")
+    from . import rules
+
+    on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
+    rules.check(notebook.stem, {**declared, **values}, on_cpu=on_cpu)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source, before any kernel starts
         from .data import check_dataset
 
@@ -211,7 +217,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     notebook = resolve(name)
     params = size_params(notebook, size)
     params.update(overrides or {})
-    check_parameters(notebook, params)
+    check_parameters(notebook, params, size)
     needs.check(notebook.stem, size, params)
     out = Path(out or build_dir() / notebook.stem)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,7 +254,7 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
     """The main job: every notebook at `size`, each into build/<notebook>/."""
     chosen = [resolve(n) for n in names] if names else list(notebooks().values())
     for nb in chosen:  # check every size file and the machine before spending minutes on the first notebook
-        check_parameters(nb, size_params(nb, size))
+        check_parameters(nb, size_params(nb, size), size)
         needs.check(nb.stem, size, size_params(nb, size))
     results = []
     for nb in chosen:

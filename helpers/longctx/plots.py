@@ -39,8 +39,13 @@ def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
     folder = Path(folder or os.environ.get("LONGCTX_FIGURES") or "figures")
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]
-    fig.savefig(paths[0], metadata={"Software": None}, bbox_inches="tight")
-    fig.savefig(paths[1], metadata={"Date": None, "Creator": None}, bbox_inches="tight")
+    for path, metadata in zip(paths, ({"Software": None}, {"Date": None, "Creator": None})):
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # a full disk leaves no truncated figure
+        try:
+            fig.savefig(tmp, format=path.suffix[1:], metadata=metadata, bbox_inches="tight")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     return paths
 
 

@@ -84,7 +84,7 @@ class Sweep:
                                    f"{', '.join(declared)}.")
         self._base = size_params(path, self.size)
         for point in self.points():  # every point's types, before anything runs
-            check_parameters(path, {**self._base, **self.fixed, **point})
+            check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         self.out = Path(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}")
         from . import versions
 

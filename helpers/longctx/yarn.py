@@ -79,9 +79,7 @@ def load_base(path: str | Path | None = None, *, wanted: int | None = None, fact
     from . import rope
 
     path = Path(path or checkpoint_dir())
-    if not (path / "manifest.json").exists():
-        raise LongctxError(f"No pretrained base model at {path}: build it with `longctx pretrain` (or `make data`).")
-    trained = json.loads((path / "manifest.json").read_text())["trained_length"]
+    trained = manifest(path)["trained_length"]
     cfg = AutoConfig.from_pretrained(path)
     if wanted is not None:
         cfg = rope.with_yarn(cfg, trained, wanted, factor=factor, beta_fast=beta_fast)
@@ -90,8 +88,17 @@ def load_base(path: str | Path | None = None, *, wanted: int | None = None, fact
     return model
 
 
+def manifest(path: str | Path | None = None) -> dict:
+    """The base model's manifest.json (its parameters, losses and the command that built it)."""
+    path = Path(path or checkpoint_dir())
+    if not (path / "manifest.json").is_file():
+        raise LongctxError(f"No pretrained base model at {path}: the repository ships one in data/yarn-base (check "
+                           "LONGCTX_DATA, which moves data/), or build one with `longctx pretrain --out DIR`.")
+    return json.loads((path / "manifest.json").read_text())
+
+
 def trained_length(path: str | Path | None = None) -> int:
-    return json.loads((Path(path or checkpoint_dir()) / "manifest.json").read_text())["trained_length"]
+    return manifest(path)["trained_length"]
 
 
 @torch.no_grad()

@@ -1,0 +1,70 @@
+"""Ranges and relations of the notebooks' parameters (notebooks/params/rules.yaml), checked before a
+kernel starts, so that `LINK_GB_PER_S=0` or `RANKS=[2]` is refused in a second rather than failing deep
+inside a notebook after minutes of work."""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+
+import yaml
+
+from .errors import LongctxError
+from .paths import notebooks_dir
+
+
+@lru_cache(maxsize=None)
+def table() -> dict:
+    return yaml.safe_load((notebooks_dir() / "params" / "rules.yaml").read_text()) or {}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
+    """Why `value` breaks `rule` (None when it does not)."""
+    if isinstance(rule, list):
+        return next((why for r in rule if (why := _fails(r, value, params, on_cpu))), None)
+    if rule == "positive":
+        return None if not _number(value) or value > 0 else "must be positive"
+    if rule == "non_negative":
+        return None if not _number(value) or value >= 0 else "must not be negative"
+    if rule == "power_of_two":
+        ok = isinstance(value, int) and value > 0 and not value & (value - 1)
+        return None if ok else "must be a power of two (1, 2, 4, 8, ...)"
+    if rule == "nonempty":
+        return None if value else "must not be empty"
+    if rule == "processes":
+        cores = os.cpu_count() or 1
+        if not on_cpu or not isinstance(value, list):  # on GPUs: one per GPU, checked against the size's needs
+            return None
+        big = [v for v in value if _number(v) and v > 2 * cores]
+        return f"asks for {max(big)} processes on {cores} CPU cores (at most {2 * cores} here)" if big else None
+    if isinstance(rule, dict) and len(rule) == 1:
+        (kind, arg), = rule.items()
+        if kind == "min":
+            return None if not _number(value) or value >= arg else f"must be at least {arg}"
+        if kind == "at_most":
+            other = params.get(arg)
+            return None if not (_number(value) and _number(other)) or value <= other else \
+                f"must be at most {arg} ({other})"
+        if kind == "each":
+            bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params))]
+            return f"has {bad[0][0]!r}, which {bad[0][1]}" if bad else None
+        if kind == "contains":
+            return None if isinstance(value, list) and arg in value else f"must contain {arg!r}"
+    raise LongctxError(f"rules.yaml: unknown rule {rule!r}")
+
+
+def check(notebook: str, params: dict, on_cpu: bool = True) -> None:
+    """Refuse parameter values outside their declared ranges or relations; every float must be finite.
+    `on_cpu`: the run's processes share this machine's CPU cores."""
+    for name, value in params.items():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise LongctxError(f"{notebook}: {name} must be a finite number, got {value!r}.")
+    for name, rule in table().get(notebook, {}).items():
+        if name in params and (why := _fails(rule, params[name], params, on_cpu)):
+            raise LongctxError(f"{notebook}: {name}={params[name]!r} {why}.")
