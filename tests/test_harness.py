@@ -155,3 +155,69 @@ def test_every_rule_names_a_declared_parameter():
 
     for name, declared in ((n, harness.declared_parameters(p)) for n, p in harness.notebooks().items()):
         assert set(rules.table().get(name, {})) <= set(declared), name
+
+
+def test_a_full_disk_leaves_no_truncated_figure_and_says_so(tmp_path, monkeypatch):
+    import errno
+
+    from longctx import plots
+
+    fig = plots.plt.figure()
+    plots.save_figure(fig, "kept", tmp_path)
+    before = (tmp_path / "kept.png").read_bytes()
+
+    def full(self, fname, **kwargs):
+        with open(fname, "wb") as f:
+            f.write(b"half a figure")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(fig), "savefig", full)
+    with pytest.raises(LongctxError, match="The disk is full while writing .*kept.png"):
+        plots.save_figure(fig, "kept", tmp_path)
+    assert (tmp_path / "kept.png").read_bytes() == before  # the earlier figure, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.png", "kept.svg"]
+
+
+def test_broken_inputs_end_in_a_message_not_a_traceback(tmp_path, monkeypatch, capsys):
+    from longctx import models, sweep
+    from longctx.cli import main
+    from longctx.memory.estimate import estimate
+
+    with pytest.raises(LongctxError, match="No model config at missing/config.json"):
+        models.config("missing/config.json")
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(LongctxError, match="Cannot read a model config"):
+        models.config(str(bad))
+    with pytest.raises(LongctxError, match="longctx estimates up to"):
+        estimate("tiny", 10**12)
+    nb = harness.resolve("00")
+    params = tmp_path / "notebooks" / "params" / "00_memory_primer"
+    params.mkdir(parents=True)
+    (params / "odd.yaml").write_text("SEQ_LEN: [1, 2\n")
+    monkeypatch.setattr(harness, "notebooks_dir", lambda: tmp_path / "notebooks")
+    with pytest.raises(LongctxError, match="odd.yaml is not valid YAML"):
+        harness.size_params(nb, "odd")
+    monkeypatch.undo()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
+    with pytest.raises(LongctxError, match="sbatch, which is not on this machine's PATH"):
+        sweep.run(sw, executor="slurm", progress=False)
+    assert main(["--debug", "run", "00", "--size", "huge"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "longctx: error: Unknown size 'huge'" in err
+
+
+def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
+    import json
+
+    from longctx import sweep
+
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, out=tmp_path)
+    first = sw.points()[0]
+    sw.folder(first).mkdir(parents=True)
+    (sw.folder(first) / "point.json").write_text(json.dumps(
+        {"status": "ok", "key": sw.key(first), "results": {"measured_peak_chunked_mib": 1.0}}))
+    with pytest.raises(LongctxError, match="No result named 'measured_peak_chunkd_mib'.*measured_peak_chunked_mib"):
+        sweep.run(sw, metric="measured_peak_chunkd_mib", progress=False)
+    assert not sw.folder(sw.points()[1]).exists()  # the second point never ran

@@ -52,3 +52,43 @@ def test_launch_refuses_before_starting_processes(tmp_path):
 def test_ulysses_without_deepspeed_names_the_install(tmp_path):
     with pytest.raises(LongctxError, match="DS_BUILD_OPS=0 pip install"):
         parallel.launch("sp", 2, model="tiny", seq_len=64, out=tmp_path)
+
+
+def _workers_of(out) -> list[int]:
+    """PIDs of processes whose command line names this run's spec."""
+    from pathlib import Path
+
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(out) in (proc / "cmdline").read_bytes().decode(errors="ignore"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    code = ("from longctx import parallel\n"
+            f"parallel.launch('cp', 2, model='small', seq_len=65536, out={str(out)!r}, progress=False)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", code])  # stands in for the notebook's kernel
+    deadline = time.time() + 120
+    while len(_workers_of(out)) < 3 and time.time() < deadline:  # torchrun and its two ranks are up
+        time.sleep(0.2)
+    assert len(_workers_of(out)) >= 3
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    deadline = time.time() + 60
+    while _workers_of(out) and time.time() < deadline:
+        time.sleep(0.5)
+    survivors = _workers_of(out)
+    for pid in survivors:  # a failing run must not leave them behind either
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == []

@@ -150,6 +150,7 @@ def _cmd_plan(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="with an error, also print where it was raised")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="execute one notebook headless at a size")
@@ -242,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except LongctxError as exc:
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
         print(f"longctx: error: {exc}", file=sys.stderr)
         return 2
     return 0

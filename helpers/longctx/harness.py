@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from . import needs
+from . import needs, outputs
 from .errors import LongctxError
 from .paths import build_dir, notebooks_dir
 
@@ -80,7 +80,13 @@ def _size_file(notebook: Path, size: str) -> dict:
     if not path.exists():
         raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
                            f"(files in notebooks/params/{notebook.stem}/).")
-    return yaml.safe_load(path.read_text()) or {}
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise LongctxError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(values, dict):
+        raise LongctxError(f"{path} must map parameter names to values (NAME: value), not {type(values).__name__}.")
+    return values
 
 
 def declared_parameters(notebook: Path) -> dict:
@@ -220,7 +226,10 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     check_parameters(notebook, params, size)
     needs.check(notebook.stem, size, params)
     out = Path(out or build_dir() / notebook.stem)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise outputs.write_error(exc, out) from None
     results_path = out / "results.json"
     executed = out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
@@ -228,8 +237,9 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     env_before = {k: os.environ.get(k) for k in ("LONGCTX_OUT", "LONGCTX_FIGURES", "LONGCTX_SIZE")}
     os.environ.update(LONGCTX_OUT=str(out), LONGCTX_FIGURES=str(out / "figures"), LONGCTX_SIZE=size)
     start = time.perf_counter()
+    writing = executed.with_name(f".{executed.name}.tmp{os.getpid()}")  # renamed into place once whole
     try:
-        pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=str(out), progress_bar=progress,
+        pm.execute_notebook(str(notebook), str(writing), parameters=params, cwd=str(out), progress_bar=progress,
                             kernel_name=kernel, log_output=False, request_save_on_cell_execute=False)
     except pm.PapermillExecutionError as exc:
         raise NotebookFailed(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
@@ -238,12 +248,16 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
         raise NotebookFailed(f"{notebook.stem}: the kernel died ({exc}) — most often the operating system stopped it "
                              "for want of memory; lower the lengths or batch with -p.", "DeadKernelError",
                              str(exc)) from None
+    except OSError as exc:
+        raise outputs.write_error(exc, writing) from None
     finally:
         for k, v in env_before.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if writing.exists():
+            os.replace(writing, executed)
     seconds = time.perf_counter() - start
     if not results_path.exists():
         raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")

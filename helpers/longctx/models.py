@@ -108,11 +108,16 @@ def config(spec: str, **overrides):
 
     if spec in PRESETS:
         return Qwen3Config(**{**preset(spec).config, **overrides})
-    path = Path(spec)
-    if path.is_file():
-        return AutoConfig.from_pretrained(str(path.parent) if path.name == "config.json" else str(path), **overrides)
-    if path.is_dir() or HUB_ID.match(spec):
-        return AutoConfig.from_pretrained(spec, **overrides)
+    path = Path(spec).expanduser()
+    if not path.exists() and (path.suffix == ".json" or spec.startswith((".", "/", "~"))):
+        raise LongctxError(f"No model config at {spec}: give an existing config.json or model folder, a preset "
+                           f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'.")
+    if path.exists() or HUB_ID.match(spec):
+        source = str(path.parent) if path.name == "config.json" else str(path) if path.exists() else spec
+        try:
+            return AutoConfig.from_pretrained(source, **overrides)
+        except (OSError, ValueError, KeyError) as exc:  # malformed JSON, unknown model_type, hub unreachable
+            raise LongctxError(f"Cannot read a model config from {spec}: {str(exc).splitlines()[0]}") from None
     preset(spec)  # raises with the list of presets
 
 

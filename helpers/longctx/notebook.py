@@ -38,8 +38,15 @@ def _jsonable(value):
 def write_json_atomic(path: Path, payload: dict) -> None:
     """Write to a temporary file and rename: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(_jsonable(payload), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(_jsonable(payload), indent=2, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as exc:
+        from .outputs import write_error
+
+        raise write_error(exc, path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass

@@ -4,8 +4,10 @@ only its own files into place, replacing nothing else. A folder that holds files
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -59,3 +61,16 @@ def place(tmp: Path, out: Path, command: str) -> list[str]:
     tmp_ledger.write_text(json.dumps(sorted(previous | set(names))))
     os.replace(tmp_ledger, ledger)
     return names
+
+
+def write_error(exc: OSError, path: Path) -> LongctxError:
+    """The error a failed write turns into: a full disk or a read-only place named, with what to do."""
+    path = Path(path)
+    if exc.errno == errno.ENOSPC:
+        where = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
+        free = shutil.disk_usage(where).free / 2**20
+        return LongctxError(f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
+                            "the output elsewhere (--out, LONGCTX_BUILD); nothing half-written was left in place.")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return LongctxError(f"Cannot write {path}: {exc.strerror}. Choose a writable folder (--out, LONGCTX_BUILD).")
+    return LongctxError(f"Could not write {path}: {exc}.")

@@ -44,6 +44,10 @@ def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
         try:
             fig.savefig(tmp, format=path.suffix[1:], metadata=metadata, bbox_inches="tight")
             os.replace(tmp, path)
+        except OSError as exc:
+            from .outputs import write_error
+
+            raise write_error(exc, path) from None
         finally:
             tmp.unlink(missing_ok=True)
     return paths

@@ -202,9 +202,11 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
 
         for call in calls:  # the node a SLURM job lands on checks its own hardware (harness.run)
             needs.check(sweep.notebook, sweep.size, sweep.params(call[2]))
+    finished = [json.loads((sweep.folder(p) / "point.json").read_text()) for p in sweep.points() if p not in todo]
+    _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
-            run_point(*call)
+            _check_metric(metric, [run_point(*call)])
     elif executor == "local":
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -215,6 +217,15 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
     else:
         _run_submitit(sweep, calls, executor, slurm or {}, progress)
     return write_table(sweep, metric)
+
+
+def _check_metric(metric: str | None, records: list[dict]) -> None:
+    """Refuse a metric that a finished point did not report, before the other points run."""
+    done = [r for r in records if r.get("status") == "ok"]
+    if metric and done and metric not in done[0].get("results", {}):
+        known = sorted(k for k, v in done[0]["results"].items() if isinstance(v, (int, float)))
+        raise LongctxError(f"No result named {metric!r}: the finished point reported {', '.join(known)}. The points "
+                           "done so far are kept; re-run with one of those names.")
 
 
 def _run_call(call):
@@ -229,6 +240,9 @@ def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: boo
                            "submitit).") from None
     from tqdm.auto import tqdm
 
+    if executor == "slurm" and shutil.which("sbatch") is None:
+        raise LongctxError("--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
+                           "from the cluster's login node, or use --executor local (or slurm-local to rehearse).")
     cluster = {"slurm": "slurm", "slurm-local": "local", "slurm-debug": "debug"}[executor]
     ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=cluster)
     params = {"timeout_min": int(slurm.get("time", 60)), "name": f"longctx-{sweep.notebook}"}

@@ -23,6 +23,7 @@ from .profile import CATEGORIES, GIB, MemoryProfile
 from ..models import DTYPE_NAMES, torch_dtype
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
+MAX_TOKENS = 128 * 2**20  # tokens per estimated step: far past any step the guide runs
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 
@@ -52,6 +53,9 @@ def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool,
 
     check_model(cfg)
     check_positive_int("seq_len", seq_len)
+    if seq_len * batch > MAX_TOKENS:
+        raise LongctxError(f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (128 times "
+                           "the guide's million-token step); give a shorter sequence or a smaller batch.")
     check_positive_int("batch", batch)
     if loss not in LOSSES:
         raise LongctxError(f"Unknown loss {loss!r}; use one of {', '.join(LOSSES)}.")
