@@ -100,3 +100,14 @@ def test_longctx_data_verify_reports_what_is_wrong(data_copy, capsys):
     (data_copy / "corpus" / "extra.txt").write_text("not from the archive")
     assert main(["data", "--verify"]) == 2
     assert "extra.txt was not unpacked by longctx" in capsys.readouterr().err
+
+
+def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
+    from longctx import harness
+
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "empty"))
+    with pytest.raises(LongctxError, match="corpus is not built.*run `longctx data`"):
+        data.fetch_corpus()
+    with pytest.raises(LongctxError, match="corpus is not built"):
+        harness.run("00", "ci", out=tmp_path / "out")
+    assert not (tmp_path / "empty" / "downloads").exists() and not (tmp_path / "out").exists()

@@ -79,7 +79,7 @@ def _cmd_data(args) -> None:
                                + "\nRebuild it with `longctx data --force` (the corpus) or by removing the files named.")
         print(f"data verified: {data_dir()}")
         return
-    corpus = data.fetch_corpus(force=args.force)
+    corpus = data.fetch_corpus(force=args.force, download=True)
     tok = data.tokenizer()
     counts = {s: len(data.token_stream(s)) for s in data.SPLITS}
     parquet = data.export_parquet()

