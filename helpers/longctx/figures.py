@@ -32,7 +32,8 @@ def regenerate(size: str = "cpu", out: str | Path | None = None, *, runs: dict |
     it, add the figures beside it)."""
     from . import harness, needs, outputs
 
-    out = outputs.check_out(out or build_dir() / "figures" / size, "figures", force=force)
+    writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
+    out = outputs.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, force=force)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
     runs = dict(runs or {})
     for nb in notebooks:  # every notebook's parameters and needs before the first one runs

@@ -78,6 +78,10 @@ def size_params(notebook: Path, size: str) -> dict:
 def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
     if not path.exists():
+        if not sizes(notebook):
+            raise LongctxError(f"{notebook.name} has no sizes: a notebook run by its path takes them from the "
+                               f"repository's notebooks/params/<stem>/, so name a copy like the lesson it copies "
+                               f"(e.g. 01_chunked_loss.ipynb).")
         raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
                            f"(files in notebooks/params/{notebook.stem}/).")
     try:
@@ -93,7 +97,12 @@ def declared_parameters(notebook: Path) -> dict:
     """The names and default values of the notebook's `parameters` cell."""
     import nbformat
 
-    nb = nbformat.read(notebook, as_version=4)
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # not JSON, not a notebook: nbformat's own error types vary
+        raise LongctxError(f"{notebook} is not a readable notebook ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''}).") from None
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise LongctxError(f"{notebook.name} must have exactly one cell tagged 'parameters' (found {len(cells)}).")
@@ -113,6 +122,8 @@ def parse_overrides(pairs: list[str]) -> dict:
         key, raw = pair.split("=", 1)
         if not key.strip():
             raise LongctxError(f"Parameter override {pair!r} has no name before '='.")
+        if not raw.strip():
+            raise LongctxError(f"Parameter override {pair!r} has no value after '=' (quote an empty string: {key}='').")
         out[key.strip()] = parse_value(raw)
     return out
 
@@ -196,6 +207,11 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None) -> N
         from .data import check_dataset
 
         check_dataset(values["DATASET"])
+    for key in ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL"):
+        if isinstance(values.get(key), str):
+            from .models import check_spec
+
+            check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if isinstance(values.get("DTYPE"), str):
         from .models import torch_dtype
 
@@ -228,11 +244,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     from .data import require_corpus
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
-    out = Path(out or build_dir() / notebook.stem)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise outputs.write_error(exc, out) from None
+    out = outputs.claim_folder(out or build_dir() / notebook.stem, "run", default=build_dir() / notebook.stem)
     results_path = out / "results.json"
     executed = out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
@@ -240,7 +252,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     env_before = {k: os.environ.get(k) for k in ("LONGCTX_OUT", "LONGCTX_FIGURES", "LONGCTX_SIZE")}
     os.environ.update(LONGCTX_OUT=str(out), LONGCTX_FIGURES=str(out / "figures"), LONGCTX_SIZE=size)
     start = time.perf_counter()
-    writing = executed.with_name(f".{executed.name}.tmp{os.getpid()}")  # renamed into place once whole
+    writing = executed.with_name(f".{executed.stem}.tmp{os.getpid()}.ipynb")  # renamed into place once whole
     try:
         pm.execute_notebook(str(notebook), str(writing), parameters=params, cwd=str(out), progress_bar=progress,
                             kernel_name=kernel, log_output=False, request_save_on_cell_execute=False)

@@ -102,6 +102,15 @@ def preset(name: str) -> Preset:
                            "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'.") from None
 
 
+def check_spec(spec: str, *, allow_base: bool = False) -> None:
+    """Refuse, without loading anything, a model name that is none of: a preset, an existing config.json or
+    model folder, a hub id ('org/name'), or (notebook 02) "base"."""
+    if spec in PRESETS or (allow_base and spec == "base") or Path(spec).expanduser().exists() or HUB_ID.match(spec):
+        return
+    raise LongctxError(f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or model folder "
+                       "that exists, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + ".")
+
+
 def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
     from transformers import AutoConfig, Qwen3Config
@@ -116,7 +125,7 @@ def config(spec: str, **overrides):
         source = str(path.parent) if path.name == "config.json" else str(path) if path.exists() else spec
         try:
             return AutoConfig.from_pretrained(source, **overrides)
-        except (OSError, ValueError, KeyError) as exc:  # malformed JSON, unknown model_type, hub unreachable
+        except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
             raise LongctxError(f"Cannot read a model config from {spec}: {str(exc).splitlines()[0]}") from None
     preset(spec)  # raises with the list of presets
 

@@ -18,28 +18,72 @@ def _ledger(out: Path, command: str) -> Path:
     return out / f".longctx-{command}.json"
 
 
-def check_out(out: str | Path, command: str, *, force: bool = False, replace_own: bool = True) -> Path:
-    """Refuse, before any expensive work, an `out` that cannot be written or that holds files `command` did
-    not write there. `replace_own=False` also refuses a folder holding the command's own earlier output
-    (a committed model, say) unless `force`."""
-    out = Path(out).expanduser().resolve()
+def _writable(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise LongctxError(f"{out} is a file, not a folder; choose a folder for the output.")
     parent = out if out.exists() else next((p for p in out.parents if p.exists()), Path("/"))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise LongctxError(f"{parent} is not writable; choose another output folder.")
-    present = sorted(p.name for p in out.iterdir() if p.name != _ledger(out, command).name) if out.exists() else []
-    if present and not force:
-        shown = ", ".join(present[:5]) + (", …" if len(present) > 5 else "")
-        if not replace_own:
-            raise LongctxError(f"{out} is not empty ({shown}). Choose a new folder, or pass --force to replace the "
-                               f"files `longctx {command}` writes there (nothing else is touched).")
-        ours = set(json.loads(_ledger(out, command).read_text())) if _ledger(out, command).exists() else set()
-        foreign = [name for name in present if name not in ours]
-        if foreign:
-            raise LongctxError(f"{out} holds files `longctx {command}` did not write ({', '.join(foreign[:5])}"
-                               f"{', …' if len(foreign) > 5 else ''}). Choose an empty or new folder, or pass --force "
-                               f"to add this command's files beside them (nothing else is touched).")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or _read_only(parent):
+        raise LongctxError(f"{parent} is not a writable folder; choose another output folder.")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = False,
+              replace_own: bool = True) -> Path:
+    """Refuse, before any expensive work, an `out` that cannot be written or that holds files `command` did
+    not write there (by its ledger). `writes`: the names the command will write. With `force` the other
+    files are kept beside the command's, and a name of `writes` already held by a file the command did not
+    write is still refused — unless `replace_own=False`, where `force` is the explicit ask to replace
+    those files (a model folder)."""
+    out = Path(out).expanduser().resolve()
+    _writable(out)
+    ledger = _ledger(out, command)
+    present = sorted(p.name for p in out.iterdir() if p.name != ledger.name) if out.exists() else []
+    ours = set(json.loads(ledger.read_text())) if ledger.exists() else set()
+    foreign = [name for name in present if name not in ours]
+    shown = lambda names: ", ".join(names[:5]) + (", …" if len(names) > 5 else "")  # noqa: E731
+    if present and not replace_own and not force:
+        raise LongctxError(f"{out} is not empty ({shown(present)}). Choose a new folder, or pass --force to replace "
+                           f"the files `longctx {command}` writes there ({shown(sorted(writes))}); nothing else is "
+                           "touched.")
+    if foreign and replace_own:
+        clash = sorted(set(foreign) & writes)
+        if not force:
+            raise LongctxError(f"{out} holds files `longctx {command}` did not write ({shown(foreign)}). Choose an "
+                               "empty or new folder, or pass --force to add this command's files beside them.")
+        if clash:
+            raise LongctxError(f"{out} holds files of yours with the names `longctx {command}` writes "
+                               f"({shown(clash)}); --force keeps your files, so it cannot write there. Choose "
+                               "another folder.")
+    return out
+
+
+def claim_folder(out: str | Path, command: str, *, default: Path | None = None, write: bool = True) -> Path:
+    """A whole folder for a command that writes what it likes inside (a notebook run, a sweep): new, empty,
+    the command's default, or one it claimed before; anything else is refused. With `write`, claims it
+    (a marker file) and creates it."""
+    out = Path(out).expanduser().resolve()
+    _writable(out)
+    marker = _ledger(out, command)
+    mine = default is not None and out == Path(default).expanduser().resolve()
+    if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:
+        names = sorted(p.name for p in out.iterdir())
+        raise LongctxError(f"{out} holds files `longctx {command}` did not write ({', '.join(names[:5])}"
+                           f"{', …' if len(names) > 5 else ''}). Give --out a new or empty folder (or one this command "
+                           "wrote before); nothing in it was touched.")
+    if not write:
+        return out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if not marker.exists():
+            marker.write_text(json.dumps(["*"]))
+    except OSError as exc:
+        raise write_error(exc, out) from None
     return out
 
 

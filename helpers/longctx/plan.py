@@ -8,6 +8,8 @@ The first step that fits is the cheapest combination. Every step is a fake-tenso
 
 from __future__ import annotations
 
+import math
+
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
@@ -37,7 +39,7 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
         lower = 1 << (gpus.bit_length() - 1)
         raise LongctxError(f"--gpus {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
                            f"it models); use --gpus {lower} (or {lower * 2}).")
-    if not gpu_memory_gib > 0:
+    if not (isinstance(gpu_memory_gib, (int, float)) and math.isfinite(gpu_memory_gib) and gpu_memory_gib > 0):
         raise LongctxError(f"--gpu-memory must be a positive number of GiB, got {gpu_memory_gib!r}.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds

@@ -27,10 +27,13 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     """Why `value` breaks `rule` (None when it does not)."""
     if isinstance(rule, list):
         return next((why for r in rule if (why := _fails(r, value, params, on_cpu))), None)
+    if rule in ("positive", "non_negative") or isinstance(rule, dict) and "min" in rule:
+        if not _number(value):
+            return "must be a number"
     if rule == "positive":
-        return None if not _number(value) or value > 0 else "must be positive"
+        return None if value > 0 else "must be positive"
     if rule == "non_negative":
-        return None if not _number(value) or value >= 0 else "must not be negative"
+        return None if value >= 0 else "must not be negative"
     if rule == "power_of_two":
         ok = isinstance(value, int) and value > 0 and not value & (value - 1)
         return None if ok else "must be a power of two (1, 2, 4, 8, ...)"
@@ -45,7 +48,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     if isinstance(rule, dict) and len(rule) == 1:
         (kind, arg), = rule.items()
         if kind == "min":
-            return None if not _number(value) or value >= arg else f"must be at least {arg}"
+            return None if value >= arg else f"must be at least {arg}"
         if kind == "at_most":
             other = params.get(arg)
             return None if not (_number(value) and _number(other)) or value <= other else \
@@ -53,8 +56,9 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         if kind == "each":
             bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params))]
             return f"has {bad[0][0]!r}, which {bad[0][1]}" if bad else None
-        if kind == "contains":
-            return None if isinstance(value, list) and arg in value else f"must contain {arg!r}"
+        if kind == "contains":  # 1 in [True] is True in Python; a flag is not a count
+            found = isinstance(value, list) and any(v == arg and type(v) is type(arg) for v in value)
+            return None if found else f"must contain {arg!r}"
     raise LongctxError(f"rules.yaml: unknown rule {rule!r}")
 
 

@@ -16,10 +16,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -27,10 +29,12 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import outputs
 from .errors import LongctxError
 from .paths import build_dir
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
+MAX_POINTS = 10_000
 OOM_NAMES = ("OutOfMemoryError", "MemoryError")
 
 
@@ -54,7 +58,7 @@ def parse_grid(items: list[str]) -> dict[str, list]:
         parsed = []
         for v in values:  # values equal after parsing (32, 032, 32.0) are one point
             value = parse_value(v)
-            if not any(value == p and type(value) is type(p) for p in parsed):
+            if not any(value == p and isinstance(value, bool) == isinstance(p, bool) for p in parsed):
                 parsed.append(value)
         grid[key.strip()] = parsed
     return grid
@@ -74,9 +78,15 @@ class Sweep:
         if self.size not in SIZES:
             raise LongctxError(f"Unknown size {self.size!r}; use one of {', '.join(SIZES)}.")
         path = resolve(self.notebook)
-        self.notebook = path.stem
+        self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
         if not self.grid:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
+        both = sorted(set(self.grid) & set(self.fixed))
+        if both:
+            raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
+        count = math.prod(len(v) for v in self.grid.values())
+        if count > MAX_POINTS:
+            raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
         declared = declared_parameters(path)
         for key in self.grid:
             if key not in declared:
@@ -85,10 +95,12 @@ class Sweep:
         self._base = size_params(path, self.size)
         for point in self.points():  # every point's types, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
-        self.out = Path(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}")
+        default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
+        self.out = outputs.claim_folder(self.out or default, "sweep", default=default, write=False)
         from . import versions
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
+        self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
 
     def points(self) -> list[dict]:
         keys = list(self.grid)
@@ -102,7 +114,7 @@ class Sweep:
         """What determines the point's result — notebook, size, every parameter, library versions — hashed.
         A finished point is reused only under the same key."""
         identity = {"notebook": self.notebook, "size": self.size, "params": self.params(point),
-                    "versions": self._versions}
+                    "versions": self._versions, "source": self._source}
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     def folder(self, point: dict) -> Path:
@@ -124,8 +136,17 @@ def is_done(folder: Path, key: str | None = None) -> bool:
     marker = folder / "point.json"
     if not marker.exists():
         return False
-    record = json.loads(marker.read_text())
+    record = _read_record(marker)
     return record.get("status") in ("ok", "oom") and (key is None or record.get("key") == key)
+
+
+def _read_record(marker: Path) -> dict:
+    """A point's record; a damaged one reads as not finished (the point runs again)."""
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return {"status": "damaged"}
+    return record if isinstance(record, dict) else {"status": "damaged"}
 
 
 def _tmp_name(folder: Path) -> Path:
@@ -155,7 +176,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
 
     folder = Path(folder)
     if is_done(folder, key):
-        return json.loads((folder / "point.json").read_text())
+        return _read_record(folder / "point.json")
     runner = runner or harness.run
     tmp = _tmp_name(folder)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -178,14 +199,40 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
 def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | None = None,
         metric: str | None = None, progress: bool = True) -> Path:
     """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
-    from tqdm.auto import tqdm
-
     if executor not in EXECUTORS:
         raise LongctxError(f"Unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}.")
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
     if not isinstance(jobs, int) or jobs < 1:
         raise LongctxError(f"jobs must be a positive integer, got {jobs!r}.")
+    outputs.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
+    with _only_sweep_on(sweep.out):
+        return _run_locked(sweep, executor, jobs, slurm, metric, progress)
+
+
+@contextlib.contextmanager
+def _only_sweep_on(folder: Path):
+    """One sweep at a time on a folder: a second one is refused while the first runs (an OS file lock,
+    released even when the first is killed)."""
+    import fcntl
+
+    handle = (folder / ".lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise LongctxError(f"Another sweep is running on {folder}; wait for it (its finished points will be "
+                           "reused), or give this one another --out.") from None
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metric: str | None,
+                progress: bool) -> Path:
+    from tqdm.auto import tqdm
+
     points_dir = sweep.out / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
     for stale in points_dir.glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
@@ -195,14 +242,14 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
     done = len(sweep.points()) - len(todo)
     if done:
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
-    calls = [(sweep.notebook, sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
+    calls = [(str(sweep.path), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
              for p in todo]
     if executor != "slurm":  # the points run on this machine: check it now, not after the first point
         from . import needs
 
         for call in calls:  # the node a SLURM job lands on checks its own hardware (harness.run)
             needs.check(sweep.notebook, sweep.size, sweep.params(call[2]))
-    finished = [json.loads((sweep.folder(p) / "point.json").read_text()) for p in sweep.points() if p not in todo]
+    finished = [_read_record(sweep.folder(p) / "point.json") for p in sweep.points() if p not in todo]
     _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
@@ -271,7 +318,7 @@ def table(sweep: Sweep) -> list[dict]:
     rows = []
     for point in sweep.points():
         marker = sweep.folder(point) / "point.json"
-        record = json.loads(marker.read_text()) if marker.exists() else {"status": "missing"}
+        record = _read_record(marker) if marker.exists() else {"status": "missing"}
         row = dict(point)
         row["status"] = record.get("status")
         row["seconds"] = record.get("seconds")

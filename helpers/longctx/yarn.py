@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import time
 from pathlib import Path
 
@@ -49,7 +50,11 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
 
     from . import outputs
 
-    out = outputs.check_out(out or checkpoint_dir(), "pretrain", force=force, replace_own=False)  # before training
+    _check_pretrain_args(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
+                         learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
+    model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                   "tokenizer_config.json", "manifest.json"}
+    out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
     params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
                   learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
     rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
@@ -60,6 +65,10 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
                           learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=warmup_steps,
                           seed=seed, logging_steps=max(1, steps // 20), extra={"disable_tqdm": not progress})
         result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
+        if not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
+            # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
+            raise LongctxError(f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "
+                               f"{out}. Lower --learning-rate or check --rope-theta.")
         files = Path(tmp) / "model"
         model.save_pretrained(files, safe_serialization=True)
         data.tokenizer().save_pretrained(files)
@@ -69,6 +78,20 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
         (files / "manifest.json").write_text(json.dumps(manifest, indent=2))
         outputs.place(files, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
+
+
+def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_rate, warmup_steps, seed) -> None:
+    """Every `longctx pretrain` option in range, named by its flag, before a model is built."""
+    from . import models
+
+    models.preset(preset)
+    for flag, value, low in (("--seq-len", seq_len, 1), ("--steps", steps, 1), ("--batch", batch, 1),
+                             ("--warmup-steps", warmup_steps, 0), ("--seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise LongctxError(f"{flag} must be an integer ≥ {low}, got {value!r}.")
+    for flag, value in (("--learning-rate", learning_rate), ("--rope-theta", rope_theta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise LongctxError(f"{flag} must be a positive finite number, got {value!r}.")
 
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None,

@@ -23,7 +23,7 @@ from .profile import CATEGORIES, GIB, MemoryProfile
 from ..models import DTYPE_NAMES, torch_dtype
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
-MAX_TOKENS = 128 * 2**20  # tokens per estimated step: far past any step the guide runs
+MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~30 s to estimate)
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 
@@ -43,9 +43,13 @@ def check_model(cfg) -> None:
         raise LongctxError(f"model_type {kind!r} is not a decoder-only language model; longctx estimates causal LMs "
                            "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains.")
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        if hasattr(text, name):
+    for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
+        if getattr(text, name, None) is not None:
             check_positive_int(f"the config's {name}", getattr(text, name))
+    heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
+    if heads and kv and heads % kv:
+        raise LongctxError(f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
+                           "the first to be a multiple of the second.")
 
 
 def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int) -> None:
@@ -54,7 +58,7 @@ def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool,
     check_model(cfg)
     check_positive_int("seq_len", seq_len)
     if seq_len * batch > MAX_TOKENS:
-        raise LongctxError(f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (128 times "
+        raise LongctxError(f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (16 times "
                            "the guide's million-token step); give a shorter sequence or a smaller batch.")
     check_positive_int("batch", batch)
     if loss not in LOSSES:
