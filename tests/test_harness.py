@@ -297,3 +297,10 @@ def test_empty_values_and_folders_are_named(capsys):
     assert "--out is empty" in capsys.readouterr().err
     assert main(["plan", "--model", "qwen3-4b", "--seq-len", "1M", "--gpu-memory", "inf"]) == 2
     assert "--gpu-memory must be a positive number" in capsys.readouterr().err
+
+
+def test_cp_lengths_and_dataset_files_are_checked_before_a_kernel(tmp_path):
+    with pytest.raises(LongctxError, match="SEQ_LEN=1023 must be a multiple of 2 × the largest of RANKS = 8"):
+        harness.run("04", "cpu", {"SEQ_LEN": 1023}, out=tmp_path / "a")
+    with pytest.raises(LongctxError, match="is a file but not a parquet file"):
+        harness.run("02", "ci", {"DATASET": "/etc/hostname"}, out=tmp_path / "b")

@@ -407,7 +407,11 @@ def check_dataset(dataset: str) -> str:
                            "examples/sft_qwen3_8b_1m_context does.")
     from .models import HUB_ID
 
-    if dataset == CORPUS or Path(dataset).exists() or HUB_ID.match(dataset):
+    path = Path(dataset).expanduser()
+    if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
+        raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files (the hub's "
+                           "data/train-*.parquet layout) or a hub id.")
+    if dataset == CORPUS or path.exists() or HUB_ID.match(dataset):
         return dataset
     raise LongctxError(f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
                        f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR}).")

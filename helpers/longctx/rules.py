@@ -56,6 +56,11 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         if kind == "each":
             bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params))]
             return f"has {bad[0][0]!r}, which {bad[0][1]}" if bad else None
+        if kind == "cp_multiple_of":  # context parallelism over N ranks cuts the sequence into 2·N chunks
+            ranks = [r for r in params.get(arg, []) if _number(r)]
+            step = 2 * max(ranks) if ranks else 2
+            return None if not _number(value) or value % step == 0 else \
+                f"must be a multiple of 2 × the largest of {arg} = {step}"
         if kind == "contains":  # 1 in [True] is True in Python; a flag is not a count
             found = isinstance(value, list) and any(v == arg and type(v) is type(arg) for v in value)
             return None if found else f"must contain {arg!r}"
