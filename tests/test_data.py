@@ -148,3 +148,37 @@ def test_verify_compares_an_unlisted_token_cache_with_the_books(data_copy):
     arr[5] = (arr[5] + 1) % data.VOCAB_SIZE  # in range, but not what the tokenizer makes of the book
     np.save(path, arr)
     assert any("differs from the validation books tokenized again" in p for p in data.verify())
+
+
+def test_force_replaces_only_the_books_it_unpacked(data_copy):
+    mine = data_copy / "corpus" / "zz_my_poem.txt"
+    mine.write_text("my own poem")
+    book = sorted((data_copy / "corpus").glob("*.txt"))[0]
+    book.write_text("edited")
+    with pytest.raises(LongctxError, match="move any file of your own out"):
+        data.fetch_corpus()
+    data.fetch_corpus(force=True)
+    assert mine.read_text() == "my own poem" and book.read_text() != "edited"
+    assert data.verify() == ["corpus: zz_my_poem.txt was not unpacked by longctx"]
+
+
+def test_verify_checks_the_base_model_and_the_parquet_copy(data_copy):
+    import os
+    import shutil
+
+    from longctx.paths import REPO
+
+    shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
+    data.export_parquet()
+    assert data.verify() == []
+    weights = data_copy / "yarn-base" / "model.safetensors"
+    raw = bytearray(weights.read_bytes())
+    raw[-100] ^= 0xFF  # one flipped byte inside a tensor
+    weights.write_bytes(bytes(raw))
+    (data_copy / "corpus-parquet" / "data" / "test-00000-of-00001.parquet").unlink()
+    (data_copy / "manifest.json").unlink()
+    os.mkfifo(data_copy / "manifest.json")  # must not be opened
+    problems = "\n".join(data.verify())
+    assert "yarn-base/model.safetensors: changed" in problems
+    assert "corpus-parquet/data: no test-*.parquet" in problems
+    assert "manifest.json is damaged" in problems

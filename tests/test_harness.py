@@ -103,7 +103,7 @@ def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
     shutil.copy(harness.notebooks()["02_yarn"], mine / "02_yarn.ipynb")
     (mine / "results.json").write_text("{}")
     with pytest.raises(LongctxError, match="holds files `longctx run` did not write"):
-        harness.run(str(mine / "02_yarn.ipynb"), "ci", out=mine)
+        harness.run("02", "ci", out=mine)
     with pytest.raises(LongctxError, match="holds files `longctx sweep` did not write"):
         sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=mine)
     assert sorted(p.name for p in mine.iterdir()) == ["02_yarn.ipynb", "results.json"]
@@ -271,9 +271,9 @@ def test_bad_models_and_notebooks_are_refused_before_a_kernel(tmp_path):
 
     with pytest.raises(LongctxError, match="Unknown model 'bogus'"):
         harness.run("00", "ci", {"MODEL": "bogus"}, out=tmp_path / "a")
-    with pytest.raises(LongctxError, match="RANKS=\\[True, 2\\] has True, which must be a number"):
+    with pytest.raises(LongctxError, match="RANKS=\\[True, 2\\] has True, which must be a whole number"):
         harness.run("04", "ci", {"RANKS": [True, 2]}, out=tmp_path / "b")
-    with pytest.raises(LongctxError, match="CPU_LENGTHS=\\['256'\\] has '256', which must be a number"):
+    with pytest.raises(LongctxError, match="CPU_LENGTHS=\\['256'\\] has '256', which must be a whole number"):
         harness.run("01", "ci", {"CPU_LENGTHS": ["256"]}, out=tmp_path / "c")
     with pytest.raises(LongctxError, match="5 attention heads and 2 key/value heads"):
         estimate(LlamaConfig(num_attention_heads=5, num_key_value_heads=2, hidden_size=40), 128)
@@ -304,3 +304,44 @@ def test_cp_lengths_and_dataset_files_are_checked_before_a_kernel(tmp_path):
         harness.run("04", "cpu", {"SEQ_LEN": 1023}, out=tmp_path / "a")
     with pytest.raises(LongctxError, match="is a file but not a parquet file"):
         harness.run("02", "ci", {"DATASET": "/etc/hostname"}, out=tmp_path / "b")
+
+
+def test_a_notebook_is_never_its_own_output(tmp_path):
+    import shutil
+
+    home = tmp_path / "00_memory_primer"
+    home.mkdir()
+    shutil.copy(harness.notebooks()["00_memory_primer"], home / "00_memory_primer.ipynb")
+    with pytest.raises(LongctxError, match="is inside the output folder"):
+        harness.run(str(home / "00_memory_primer.ipynb"), "ci", out=home)
+    assert (home / "00_memory_primer.ipynb").exists()
+
+
+def test_second_fuzz_pass_inputs_are_refused_before_a_kernel(tmp_path):
+    nb = tmp_path / "00_memory_primer.ipynb"
+    import nbformat
+
+    original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
+    cell = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = "SEQ_LEN = 2**7"
+    nbformat.write(original, nb)
+    with pytest.raises(LongctxError, match="must assign plain literals"):
+        harness.run(str(nb), "ci", out=tmp_path / "a")
+    for name, override, fragment in (
+            ("00", {"MODEL": "/etc/hostname"}, "Unknown model '/etc/hostname'"),
+            ("01", {"CPU_LENGTHS": [128.0, 512]}, "has 128.0, which must be a whole number"),
+            ("05", {"RUN_PADS": [0]}, "has 0, which must be null"),
+            ("05", {"BACKEND": "bogus"}, "must be one of auto, inductor"),
+            ("06", {"SEQ_LEN": 1000001}, "must be a multiple of 2 × GPUS = 16"),
+            ("02", {"BETA_FAST": "bogus"}, "BETA_FAST='bogus' must be a number")):
+        with pytest.raises(LongctxError, match=fragment):
+            harness.run(name, "ci", override, out=tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_relative_model_path_reaches_the_kernel_absolute(tmp_path, monkeypatch):
+    from longctx.paths import REPO
+
+    monkeypatch.chdir(REPO)
+    assert harness._absolute("data/yarn-base") == str(REPO / "data" / "yarn-base")
+    assert harness._absolute("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"

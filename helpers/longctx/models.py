@@ -105,10 +105,13 @@ def preset(name: str) -> Preset:
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model name that is none of: a preset, an existing config.json or
     model folder, a hub id ('org/name'), or (notebook 02) "base"."""
-    if spec in PRESETS or (allow_base and spec == "base") or Path(spec).expanduser().exists() or HUB_ID.match(spec):
+    path = Path(spec).expanduser()
+    if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
         return
-    raise LongctxError(f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or model folder "
-                       "that exists, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + ".")
+    if (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json"):
+        return
+    raise LongctxError(f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or a model folder "
+                       "holding one, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + ".")
 
 
 def config(spec: str, **overrides):

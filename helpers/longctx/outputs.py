@@ -18,6 +18,20 @@ def _ledger(out: Path, command: str) -> Path:
     return out / f".longctx-{command}.json"
 
 
+def _ledger_names(ledger: Path) -> set[str]:
+    """The names a command recorded as its own in a folder; a damaged ledger is refused, never trusted."""
+    if not ledger.exists():
+        return set()
+    try:
+        names = json.loads(ledger.read_text()) if ledger.is_file() else None
+    except (OSError, ValueError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise LongctxError(f"{ledger} is damaged (it should list the files longctx wrote there); remove it, and the "
+                           "folder will be treated as holding your files.")
+    return set(names)
+
+
 def _writable(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise LongctxError(f"{out} is a file, not a folder; choose a folder for the output.")
@@ -44,7 +58,7 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
     _writable(out)
     ledger = _ledger(out, command)
     present = sorted(p.name for p in out.iterdir() if p.name != ledger.name) if out.exists() else []
-    ours = set(json.loads(ledger.read_text())) if ledger.exists() else set()
+    ours = _ledger_names(ledger)
     foreign = [name for name in present if name not in ours]
     shown = lambda names: ", ".join(names[:5]) + (", …" if len(names) > 5 else "")  # noqa: E731
     if present and not replace_own and not force:
@@ -100,7 +114,7 @@ def place(tmp: Path, out: Path, command: str) -> list[str]:
     for name in names:
         os.replace(Path(tmp) / name, out / name)
     ledger = _ledger(out, command)
-    previous = set(json.loads(ledger.read_text())) if ledger.exists() else set()
+    previous = _ledger_names(ledger)
     tmp_ledger = ledger.with_name(ledger.name + ".tmp")
     tmp_ledger.write_text(json.dumps(sorted(previous | set(names))))
     os.replace(tmp_ledger, ledger)

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import children
 from .errors import LongctxError
 
 MODES = ("single", "cp", "sp")
@@ -150,11 +151,11 @@ def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path,
     log = out / "launch.log"
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=_stop_with_parent)
+                                preexec_fn=children.stop_with_parent)
         try:
             _wait(proc, out, nprocs, timeout, progress, f"{mode} × {nprocs}")
-        except BaseException:  # an interrupted kernel, a timeout: the whole process group goes with it
-            _stop(proc)
+        except BaseException:  # an interrupted kernel, a timeout: torchrun and every rank go with it
+            children.stop_tree(proc)
             raise
     seconds = time.perf_counter() - start
     files = [out / f"rank{r}.json" for r in range(nprocs)]
@@ -165,30 +166,6 @@ def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path,
     return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, seconds)
 
 
-def _stop_with_parent() -> None:
-    """In the torchrun process, before it starts: Linux sends it SIGTERM when its parent (the notebook's
-    kernel) dies, even by SIGKILL, and torchrun then stops its workers. Elsewhere a no-op."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _stop(proc) -> None:
-    """End torchrun and every worker it started (they share its process group)."""
-    import signal
-
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
 def _wait(proc, out: Path, nprocs: int, timeout: float, progress: bool, label: str) -> None:
     from tqdm.auto import tqdm
 
@@ -196,7 +173,7 @@ def _wait(proc, out: Path, nprocs: int, timeout: float, progress: bool, label: s
     with tqdm(total=nprocs, desc=f"{label}: ranks done", disable=not progress, leave=False) as bar:
         while proc.poll() is None:
             if time.time() > deadline:
-                _stop(proc)
+                children.stop_tree(proc)
                 raise LongctxError(f"{label} run exceeded {timeout:.0f} s and was stopped; log: {out / 'launch.log'}")
             bar.n = len(list(out.glob("rank*.json")))
             bar.refresh()

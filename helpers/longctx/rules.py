@@ -37,6 +37,11 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     if rule == "power_of_two":
         ok = isinstance(value, int) and value > 0 and not value & (value - 1)
         return None if ok else "must be a power of two (1, 2, 4, 8, ...)"
+    if rule == "integer":
+        return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
+    if rule == "pad":  # pad_to_multiple_of: None, "auto" or a positive whole number
+        ok = value is None or value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+        return None if ok else "must be null, \"auto\" or a positive whole number"
     if rule == "nonempty":
         return None if value else "must not be empty"
     if rule == "processes":
@@ -56,11 +61,16 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         if kind == "each":
             bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params))]
             return f"has {bad[0][0]!r}, which {bad[0][1]}" if bad else None
+        if kind == "optional":  # null allowed (the notebook's default), any other value follows the rule
+            return None if value is None else _fails(arg, value, params, on_cpu)
+        if kind == "one_of":
+            return None if value in arg else f"must be one of {', '.join(map(str, arg))}"
         if kind == "cp_multiple_of":  # context parallelism over N ranks cuts the sequence into 2·N chunks
-            ranks = [r for r in params.get(arg, []) if _number(r)]
+            given = params.get(arg)
+            ranks = [r for r in (given if isinstance(given, list) else [given]) if _number(r)]
             step = 2 * max(ranks) if ranks else 2
-            return None if not _number(value) or value % step == 0 else \
-                f"must be a multiple of 2 × the largest of {arg} = {step}"
+            named = f"the largest of {arg}" if isinstance(given, list) else arg
+            return None if not _number(value) or value % step == 0 else f"must be a multiple of 2 × {named} = {step}"
         if kind == "contains":  # 1 in [True] is True in Python; a flag is not a count
             found = isinstance(value, list) and any(v == arg and type(v) is type(arg) for v in value)
             return None if found else f"must contain {arg!r}"

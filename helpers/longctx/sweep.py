@@ -29,7 +29,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import outputs
+from . import children, outputs
 from .errors import LongctxError
 from .paths import build_dir
 
@@ -203,8 +203,9 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
         raise LongctxError(f"Unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}.")
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
-    if not isinstance(jobs, int) or jobs < 1:
-        raise LongctxError(f"jobs must be a positive integer, got {jobs!r}.")
+    if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):
+        raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
+                           f"got {jobs!r} (each job runs a notebook kernel of its own).")
     outputs.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
     with _only_sweep_on(sweep.out):
         return _run_locked(sweep, executor, jobs, slurm, metric, progress)
@@ -258,7 +259,9 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # each worker ends when this process does (and its kernel with it: ipykernel watches its parent)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=children.stop_with_parent) as pool:
             list(tqdm(pool.map(_run_call, calls), total=len(calls), desc=f"sweep {sweep.notebook}",
                       disable=not progress))
     else:

@@ -53,7 +53,7 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
     _check_pretrain_args(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
                          learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                   "tokenizer_config.json", "manifest.json"}
+                   "tokenizer_config.json", "manifest.json", data.CHECKSUMS}
     out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
     params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
                   learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
@@ -76,15 +76,19 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
                     "losses": result.losses, "seconds": result.seconds, "command": command(params),
                     "params_count": models.n_params(model), "created": time.strftime("%Y-%m-%d")}
         (files / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        data.write_checksums(files)
         outputs.place(files, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
 
 
 def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_rate, warmup_steps, seed) -> None:
     """Every `longctx pretrain` option in range, named by its flag, before a model is built."""
-    from . import models
+    from . import data, models
 
-    models.preset(preset)
+    if models.preset(preset).config.get("vocab_size") != data.VOCAB_SIZE:
+        cpu = [name for name, p in models.PRESETS.items() if p.config.get("vocab_size") == data.VOCAB_SIZE]
+        raise LongctxError(f"--preset {preset}: pretraining runs on this machine's CPU over the corpus's "
+                           f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}.")
     for flag, value, low in (("--seq-len", seq_len, 1), ("--steps", steps, 1), ("--batch", batch, 1),
                              ("--warmup-steps", warmup_steps, 0), ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -92,6 +96,9 @@ def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_
     for flag, value in (("--learning-rate", learning_rate), ("--rope-theta", rope_theta)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise LongctxError(f"{flag} must be a positive finite number, got {value!r}.")
+    if steps * batch * seq_len > 2**28:  # the windows are built in memory before training
+        raise LongctxError(f"--steps × --batch × --seq-len = {steps * batch * seq_len:,} tokens, over the {2**28:,} "
+                           "this CPU pretraining takes; lower one of them.")
 
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None,
