@@ -225,3 +225,21 @@ def test_a_value_both_fixed_and_swept_and_a_huge_grid_are_refused(tmp_path):
         sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={"SEQ_LEN": 512}, out=tmp_path)
     with pytest.raises(LongctxError, match="100,000 points"):
         sweep.Sweep("01", "ci", {"SEQ_LEN": list(range(1, 101)), "TILE_TOKENS": list(range(1, 1001))}, out=tmp_path)
+
+
+def test_replaced_weights_are_a_new_experiment_and_points_run_a_snapshot(tmp_path):
+    import shutil
+
+    from longctx.paths import data_dir
+
+    model = tmp_path / "model"
+    shutil.copytree(data_dir() / "yarn-base", model)
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={"MODEL": str(model)}, out=tmp_path / "sw")
+    before = sw.key(sw.points()[0])
+    raw = bytearray((model / "model.safetensors").read_bytes())
+    raw[-100] ^= 0xFF
+    (model / "model.safetensors").write_bytes(bytes(raw))
+    assert sw.key(sw.points()[0]) != before
+    outputs.claim_folder(sw.out, "sweep")
+    snap = sweep._snapshot(sw)
+    assert snap.read_bytes() == sw.path.read_bytes() and snap.parent.parent == sw.out / "source"

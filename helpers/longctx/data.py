@@ -93,8 +93,9 @@ def _record(files: list[Path]) -> None:
     from .notebook import write_json_atomic
 
     manifest = _manifest()
-    manifest.update({str(f.relative_to(data_dir())): _sha256(f.read_bytes()) for f in files})
-    write_json_atomic(_manifest_path(), manifest)
+    update = {str(f.relative_to(data_dir())): _sha256(f.read_bytes()) for f in files}
+    if any(manifest.get(k) != v for k, v in update.items()):  # unchanged: not rewritten
+        write_json_atomic(_manifest_path(), {**manifest, **update})
 
 
 def _download_sdist(cache: Path) -> Path:

@@ -114,8 +114,23 @@ class Sweep:
         """What determines the point's result — notebook, size, every parameter, library versions — hashed.
         A finished point is reused only under the same key."""
         identity = {"notebook": self.notebook, "size": self.size, "params": self.params(point),
-                    "versions": self._versions, "source": self._source}
+                    "versions": self._versions, "source": self._source, "inputs": self._inputs(point)}
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
+
+    def _inputs(self, point: dict) -> dict:
+        """Fingerprints of the local files a point reads: model folders and datasets its parameters name
+        (the base model for "base"), and the corpus's manifest. Replaced weights make a new experiment."""
+        from .harness import PATH_PARAMETERS
+        from .paths import data_dir
+        from .yarn import checkpoint_dir
+
+        named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
+        paths = {k: checkpoint_dir() if v == "base" else Path(v).expanduser() for k, v in named.items()}
+        found = {k: _fingerprint(p) for k, p in paths.items() if p.exists()}
+        manifest = data_dir() / "manifest.json"  # its content: the hashes of the corpus and token caches
+        found["data/manifest.json"] = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.is_file() \
+            else "absent"
+        return found
 
     def folder(self, point: dict) -> Path:
         # readable grid values, then the key: two points never share a folder, a changed setting gets a new one
@@ -124,6 +139,20 @@ class Sweep:
 
     def pending(self) -> list[dict]:
         return [p for p in self.points() if not is_done(self.folder(p), self.key(p))]
+
+
+def _fingerprint(path: Path) -> str:
+    """A file's or a folder's identity: names, sizes and modification times, and the bytes of small files."""
+    if not path.exists():
+        return "absent"
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and "/." not in str(p))
+    digest = hashlib.sha256()
+    for f in files:
+        stat = f.stat()
+        digest.update(f"{f.relative_to(path) if f != path else f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        if stat.st_size < 8 * 2**20:
+            digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _slug(value) -> str:
@@ -243,7 +272,8 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
     done = len(sweep.points()) - len(todo)
     if done:
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
-    calls = [(str(sweep.path), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
+    source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
+    calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
              for p in todo]
     if executor != "slurm":  # the points run on this machine: check it now, not after the first point
         from . import needs
@@ -267,6 +297,19 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
     else:
         _run_submitit(sweep, calls, executor, slurm or {}, progress)
     return write_table(sweep, metric)
+
+
+def _snapshot(sweep: Sweep) -> Path:
+    """The notebook as the sweep's keys saw it, copied once into the sweep folder (by its hash)."""
+    copy = sweep.out / "source" / sweep._source[:12] / sweep.path.name
+    if not copy.exists():
+        if hashlib.sha256(sweep.path.read_bytes()).hexdigest() != sweep._source:
+            raise LongctxError(f"{sweep.path} changed after the sweep was set up; run the command again.")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        tmp = copy.with_name(f".{copy.name}.tmp{os.getpid()}")
+        shutil.copyfile(sweep.path, tmp)
+        os.replace(tmp, copy)
+    return copy
 
 
 def _check_metric(metric: str | None, records: list[dict]) -> None:
