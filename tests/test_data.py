@@ -182,3 +182,13 @@ def test_verify_checks_the_base_model_and_the_parquet_copy(data_copy):
     assert "yarn-base/model.safetensors: changed" in problems
     assert "corpus-parquet/data: no test-*.parquet" in problems
     assert "manifest.json is damaged" in problems
+
+
+def test_a_damaged_parquet_copy_is_found_and_rewritten(data_copy):
+    from datasets import Dataset
+
+    folder = data.export_parquet()
+    Dataset.from_dict({"text": ["garbage"]}).to_parquet(str(folder / "data" / "test-00000-of-00001.parquet"))
+    assert any("test-00000-of-00001.parquet: not the corpus's validation books" in p for p in data.verify())
+    data.export_parquet(force=True)
+    assert data.verify() == []

@@ -243,3 +243,21 @@ def test_replaced_weights_are_a_new_experiment_and_points_run_a_snapshot(tmp_pat
     outputs.claim_folder(sw.out, "sweep")
     snap = sweep._snapshot(sw)
     assert snap.read_bytes() == sw.path.read_bytes() and snap.parent.parent == sw.out / "source"
+
+
+def test_hidden_folders_the_notebook_default_model_and_the_library_are_in_the_key(tmp_path, monkeypatch):
+    import shutil
+
+    from longctx.paths import data_dir
+
+    model = tmp_path / ".models" / "m"  # under a hidden folder, as in ~/.cache
+    shutil.copytree(data_dir() / "yarn-base", model)
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={"MODEL": str(model)}, out=tmp_path / "sw")
+    before = sw.key(sw.points()[0])
+    (model / "config.json").write_text((model / "config.json").read_text().replace('"intermediate_size": 384',
+                                                                                   '"intermediate_size": 512'))
+    assert sw.key(sw.points()[0]) != before
+    # notebook 02 reads the base model by its own default MODEL = "base"
+    yarn02 = sweep.Sweep("02", "ci", {"SEED": [1]}, out=tmp_path / "y")
+    assert "MODEL" in yarn02._inputs(yarn02.points()[0])
+    assert "longctx_source" in yarn02._versions

@@ -82,7 +82,7 @@ def _cmd_data(args) -> None:
     corpus = data.fetch_corpus(force=args.force, download=True)
     tok = data.tokenizer()
     counts = {s: len(data.token_stream(s)) for s in data.SPLITS}
-    parquet = data.export_parquet()
+    parquet = data.export_parquet(force=args.force)
     problems = data.verify()
     if problems:
         raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems))

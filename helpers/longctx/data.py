@@ -309,10 +309,15 @@ def _parquet_problems() -> list[str]:
             problems.append(f"{PARQUET_DIR}/data/{f.name}: not a regular file")
             continue
         try:
-            if "text" not in pq.read_table(f).column_names:
-                problems.append(f"{PARQUET_DIR}/data/{f.name}: no 'text' column")
+            table = pq.read_table(f)
         except Exception as exc:  # pyarrow's own error types
             problems.append(f"{PARQUET_DIR}/data/{f.name}: cannot be read ({str(exc)[:120]})")
+            continue
+        split = next((s for s, name in PARQUET_SPLITS if f.name.startswith(f"{name}-")), None)
+        texts = table.column("text").to_pylist() if "text" in table.column_names else None
+        if split and texts != [b.text for b in books(split)]:
+            problems.append(f"{PARQUET_DIR}/data/{f.name}: not the corpus's {split} books (`longctx data --force` "
+                            "writes them again)")
     return problems
 
 
@@ -511,21 +516,26 @@ def _eos_id(tok) -> int:
     return tok.eos_token_id
 
 
-def export_parquet(out: str | Path | None = None) -> Path:
+PARQUET_SPLITS = (("train", "train"), ("validation", "test"))  # corpus split → the parquet copy's split
+
+
+def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
     """The corpus as a `datasets` source in the hub's layout (data/train-*.parquet, data/test-*.parquet,
     a `text` column, one book per row), so the PG-19 code path runs offline on it. Written into a
-    temporary folder and moved into place; an existing export is kept."""
+    temporary folder and moved into place; an existing export is kept unless `force` (then its two files
+    are replaced, nothing else)."""
     from datasets import Dataset
 
     out = Path(out or data_dir() / PARQUET_DIR)
-    if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")):
+    if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        for split, name in (("train", "train"), ("validation", "test")):
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        for split, name in PARQUET_SPLITS:
             rows = {"short_book_title": [b.name for b in books(split)], "text": [b.text for b in books(split)]}
-            Dataset.from_dict(rows).to_parquet(str(Path(tmp) / "data" / f"{name}-00000-of-00001.parquet"))
-        Path(tmp).rename(out)
+            Dataset.from_dict(rows).to_parquet(str(Path(tmp) / f"{name}-00000-of-00001.parquet"))
+        for f in Path(tmp).iterdir():
+            os.replace(f, out / "data" / f.name)
     return out
 
 

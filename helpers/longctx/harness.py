@@ -260,6 +260,14 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     target = Path(out or build_dir() / notebook.stem).expanduser().resolve()
+    default = (build_dir() / notebook.stem).resolve()
+    if target == default and target.exists():  # build/<notebook>/ from before folders were claimed: ours only
+        known = {"results.json", notebook.name, "figures", "run", "runs", "ft", "timed", "interactive"}
+        foreign = sorted(p.name for p in target.iterdir() if p.name not in known and not p.name.startswith(".")
+                         and not p.name.startswith(notebook.stem))
+        if foreign:
+            raise LongctxError(f"{target} holds files a run does not write ({', '.join(foreign[:5])}); move them "
+                               "out of build/ (the run's own output folder), or give --out another folder.")
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}; give --out another folder (the run "
                            "writes an executed copy of the notebook under the same name).")

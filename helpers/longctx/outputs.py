@@ -84,7 +84,7 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     out = Path(out).expanduser().resolve()
     _writable(out)
     marker = _ledger(out, command)
-    mine = default is not None and out == Path(default).expanduser().resolve()
+    mine = default is not None and out == Path(default).expanduser().resolve()  # callers check its contents
     if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:
         names = sorted(p.name for p in out.iterdir())
         raise LongctxError(f"{out} holds files `longctx {command}` did not write ({', '.join(names[:5])}"

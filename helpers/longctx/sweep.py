@@ -93,6 +93,7 @@ class Sweep:
                 raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: "
                                    f"{', '.join(declared)}.")
         self._base = size_params(path, self.size)
+        self._defaults = declared
         for point in self.points():  # every point's types, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
@@ -100,6 +101,9 @@ class Sweep:
         from . import versions
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
+        package = Path(__file__).parent  # the helper library's own code, edited or not
+        self._versions["longctx_source"] = hashlib.sha256(b"".join(
+            p.read_bytes() for p in sorted(package.rglob("*.py")))).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
 
     def points(self) -> list[dict]:
@@ -107,8 +111,9 @@ class Sweep:
         return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
 
     def params(self, point: dict) -> dict:
-        """Every parameter the point runs with: the size's, the fixed overrides, the grid values."""
-        return {**self._base, **self.fixed, **point}
+        """Every parameter the point runs with: the notebook's defaults, the size's, the fixed overrides, the
+        grid values."""
+        return {**self._defaults, **self._base, **self.fixed, **point}
 
     def key(self, point: dict) -> str:
         """What determines the point's result — notebook, size, every parameter, library versions — hashed.
@@ -145,7 +150,8 @@ def _fingerprint(path: Path) -> str:
     """A file's or a folder's identity: names, sizes and modification times, and the bytes of small files."""
     if not path.exists():
         return "absent"
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and "/." not in str(p))
+    files = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
     digest = hashlib.sha256()
     for f in files:
         stat = f.stat()
