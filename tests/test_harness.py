@@ -359,3 +359,11 @@ def test_the_default_output_folder_holds_only_what_a_run_writes(tmp_path):
         assert (default / "my_notes.txt").read_text() == "mine"
     finally:
         (default / "my_notes.txt").unlink()
+
+
+def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
+    from longctx.cli import main
+    from longctx.paths import data_dir
+
+    assert main(["pretrain", "--out", str(data_dir()), "--force", "--steps", "1"]) == 2
+    assert "is the data folder itself" in capsys.readouterr().err

@@ -54,6 +54,9 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
                          learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                    "tokenizer_config.json", "manifest.json", data.CHECKSUMS}
+    if out is not None and Path(out).expanduser().resolve() == data_dir().resolve():
+        raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
+                           "folder of its own, e.g. --out data/my-base.")
     out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
     params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
                   learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
