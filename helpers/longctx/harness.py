@@ -193,7 +193,8 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
-PATH_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL", "DATASET")
+MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL")  # parameters that name a model
+PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kernel reads
 
 
 def _absolute(value):
@@ -221,7 +222,7 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None) -> N
         from .data import check_dataset
 
         check_dataset(values["DATASET"])
-    for key in ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL"):
+    for key in MODEL_PARAMETERS:
         if isinstance(values.get(key), str):
             from .models import check_spec
 

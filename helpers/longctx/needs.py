@@ -108,10 +108,11 @@ def machine() -> Machine:
 def hub_ids(params: dict) -> list[str]:
     """The hub ids a run's parameters name (MODEL, DATASET, ...): values shaped like 'org/name' that are
     not local paths."""
+    from .harness import PATH_PARAMETERS
     from .models import HUB_ID
 
     return [v for k, v in params.items() if isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists()
-            and k in ("MODEL", "DATASET")]
+            and k in PATH_PARAMETERS]
 
 
 def check(notebook: str, size: str, params: dict, have: Machine | None = None) -> Needs:

@@ -1,6 +1,6 @@
 """Drive real TRL trainers from a small config object, with CPU defaults that work.
 
-DESIGN.md's measured traps, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its
+Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its
 learning rate (2e-5) is too low for a model trained from scratch, gradient checkpointing is on by
 default, and pinned memory warns without an accelerator. In trl 1.16 SFTTrainer always computes the
 loss with its chunked ("fused") LM head; `loss="plain"` gives the guide's baseline instead: the model's
