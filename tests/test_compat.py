@@ -97,3 +97,88 @@ def test_accelerate_deepspeed_backward_still_steps_at_once():
             if line.strip() and not line.strip().startswith("#")]
     assert code[1:] == ["self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)",
                         "self.engine.backward(loss, **kwargs)", "if sync_gradients:", "self.engine.step()"]
+
+
+def test_trl_fused_head_still_branches_on_the_device():
+    import inspect
+
+    from trl.kernels import chunked_logprob as kernel
+
+    forward, backward = (inspect.getsource(f) for f in (kernel.ChunkedLogProbFunction.forward,
+                                                         kernel.ChunkedLogProbFunction.backward))
+    assert "_forward_kernel[(n,)] if _use_triton(device) else _forward_tile" in forward
+    assert "triton.cdiv" in backward and "if _use_triton(hidden.device)" in backward
+    assert 'acc.device.type == "cuda"' in inspect.getsource(kernel._addmm_fp32)
+    assert not kernel._use_triton(torch.device("cpu"))  # here: the torch fallback, with its fp32 temporaries
+
+
+def test_gpu_dispatch_swaps_the_head_and_attention_and_puts_them_back():
+    from trl.kernels import chunked_logprob as kernel
+
+    from longctx.compat import gpu_dispatch
+
+    before = (kernel._use_triton, kernel._addmm_fp32, torch.nn.functional.scaled_dot_product_attention)
+    with gpu_dispatch():
+        assert kernel._use_triton(torch.device("cpu"))
+        assert torch.nn.functional.scaled_dot_product_attention is not before[2]
+    assert (kernel._use_triton, kernel._addmm_fp32, torch.nn.functional.scaled_dot_product_attention) == before
+    assert not hasattr(kernel, "triton")  # not importable here: the stand-in for triton.cdiv is removed again
+
+
+def test_flash_attention_2_still_needs_the_package():
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils.generic import is_flash_attention_requested
+
+    from longctx import compat, models
+
+    # any name holding "flash" is taken for the flash-attn package, hence the stand-in's own name
+    assert is_flash_attention_requested(requested_attention_implementation="my_flash_thing")
+    assert not is_flash_attention_requested(requested_attention_implementation=compat.FLASH_ATTENTION_2)
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises((ImportError, ValueError)):
+            AutoModelForCausalLM.from_config(models.config("tiny"), attn_implementation="flash_attention_2")
+    name = compat.register_flash_attention_2()
+    assert AutoModelForCausalLM.from_config(models.config("tiny"), attn_implementation=name).config._attn_implementation == name
+
+
+def test_the_flash_stand_in_allocates_what_flash_attention_2_allocates():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from longctx import LongctxError
+    from longctx.memory import gpu_kernels
+    from longctx.memory.measure import TimelineTracker
+
+    b, h, hk, s, d = 1, 8, 2, 1000, 64  # grouped K/V heads, a length that is not a multiple of 128
+    with pytest.raises(LongctxError, match="FakeTensorMode only"):
+        gpu_kernels.flash_attention(*(torch.zeros(b, n, s, d) for n in (h, hk, hk)))
+    with FakeTensorMode():
+        q = torch.randn(b, h, s, d, dtype=torch.bfloat16, requires_grad=True)
+        k, v = (torch.randn(b, hk, s, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+        tracker = TimelineTracker("cpu")
+        with tracker:
+            out = gpu_kernels.flash_attention(q, k, v)
+            assert out.shape == q.shape and out.transpose(1, 2).is_contiguous()  # (b, s, h, d) memory
+            out.sum().backward()
+        peak = tracker.profile("fake-tensors").peak_breakdown
+    # flash_api.cpp mha_bwd: softmax_d and dq_accum (fp32, rows rounded to 128), dk/dv expanded to 8 heads, and
+    # the gradients themselves
+    scratch = b * h * 1024 * 4 + b * 1024 * h * d * 4 + 2 * b * s * h * d * 2
+    grads = (b * h * s * d + 2 * b * hk * s * d) * 2
+    assert peak["temporaries"] == scratch + grads
+
+
+def test_cuda_sdpa_picks_flash_without_a_mask_and_the_efficient_kernel_with_one():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from longctx.memory import gpu_kernels
+
+    sdpa = gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)
+    with FakeTensorMode():
+        q = torch.randn(1, 4, 256, 64, dtype=torch.bfloat16, requires_grad=True)
+        assert type(sdpa(q, q, q, is_causal=True).grad_fn).__name__ == "FlashAttentionBackward"  # the stand-in
+        mask = torch.ones(1, 1, 256, 256, dtype=torch.bool)
+        assert "EfficientAttention" in type(sdpa(q, q, q, attn_mask=mask).grad_fn).__name__
+        # fp32: no flash kernel on a GPU either; the call is left to the original (here the CPU's kernel)
+        assert type(sdpa(q.float(), q.float(), q.float()).grad_fn).__name__ != "FlashAttentionBackward"

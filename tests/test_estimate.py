@@ -10,7 +10,7 @@ from longctx.memory.estimate import estimate
 @pytest.mark.parametrize("loss", ["chunked", "plain"])
 @pytest.mark.parametrize("checkpointing", [True, False])
 def test_estimate_matches_the_real_step_on_a_tiny_model(loss, checkpointing):
-    fake = estimate("tiny", 256, loss=loss, checkpointing=checkpointing, dtype="fp32")
+    fake = estimate("tiny", 256, loss=loss, checkpointing=checkpointing, dtype="fp32", device="cpu")
     real = estimate("tiny", 256, loss=loss, checkpointing=checkpointing, dtype="fp32", fake=False)
     assert fake.peak_bytes == pytest.approx(real.peak_bytes, rel=0.02)
     for category in ("parameters", "gradients", "optimizer", "activations", "temporaries"):
@@ -32,7 +32,13 @@ def test_offload_moves_saved_inputs_to_host():
     (dict(seq_len=64, offload=True, checkpointing=False), "needs gradient checkpointing"),
     (dict(seq_len=64, loss="fused"), "Unknown loss"),
     (dict(seq_len=64, dtype="int8"), "Unknown dtype"),
-    (dict(seq_len=64, offload=True, fake=False), "no separate host memory"),
+    (dict(seq_len=64, offload=True, fake=False, device="cpu"), "no separate host memory"),
+    (dict(seq_len=64, fake=False, device="cuda"), "runs the CPU's kernels"),
+    (dict(seq_len=64, device="tpu"), "Unknown device"),
+    (dict(seq_len=64, optim="adam8bit"), "Unknown optim"),
+    (dict(seq_len=64, attn_implementation="flex"), "Unknown attn_implementation"),
+    (dict(seq_len=64, attn_implementation="flash_attention_2", device="cpu"), "CUDA GPUs in bf16/fp16 only"),
+    (dict(seq_len=64, attn_implementation="flash_attention_2", cp_size=2), "needs attn_implementation='sdpa'"),
 ])
 def test_bad_estimates_are_refused(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
@@ -48,9 +54,11 @@ def test_cli_estimate_json(capsys, tmp_path):
     for key in ("peak_gib", "fixed_gib", "per_layer_saved_gib", "saved_layer_tensors", "device_peak_gib", "host_gib",
                 "versions"):
         assert key in out
-    # one saved input per decoder layer plus two after the last layer (Qwen3-4B: 36 + 2 = 38, the guide's bands)
+    # one checkpointed input per decoder layer, and two more tensors of that size after the last layer
+    # (Qwen3-4B: 36 + 2 = 38, the bands of the guide's profile)
     assert out["seq_len"] == 1024
-    assert out["saved_layer_tensors"] == models.PRESETS["tiny"].config["num_hidden_layers"] + 2
+    layers = models.PRESETS["tiny"].config["num_hidden_layers"]
+    assert out["saved_layer_tensors"] == layers and out["hidden_sized_tensors"] == layers + 2
 
 
 def test_lengths_parse():
@@ -80,6 +88,9 @@ def test_reach_finds_the_longest_fitting_length():
     assert estimate("tiny", r["seq_len"] + 1024).peak_gib > capacity  # one multiple more does not fit
     with pytest.raises(LongctxError, match="over the"):
         reach("tiny", 1e-6)
+    # seeded with other lengths (one far past the answer, one just short of it) it lands on the same multiple
+    seeds = {n: estimate("tiny", n).peak_gib for n in (r["seq_len"] - 5 * 1024, 200 * 1024)}
+    assert reach("tiny", capacity, known=seeds)["seq_len"] == r["seq_len"]
 
 
 def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
@@ -95,3 +106,41 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
     broken.num_hidden_layers = -2
     with pytest.raises(LongctxError, match="num_hidden_layers must be a positive integer"):
         estimate(broken, 128)
+
+
+def _optimizer_peak(profile) -> int:
+    return max(int(row.sum()) for row, phase in zip(profile.timeline, profile.phases) if phase == "optimizer")
+
+
+def test_the_gpu_step_drops_the_cpu_head_temporaries_and_the_for_loop_optimizer_scratch():
+    cpu, gpu = estimate("small", 2048, device="cpu"), estimate("small", 2048)
+    assert gpu.meta["device"] == "cuda" and gpu.meta["optim"] == "fused"
+    # TRL's CPU fallback folds each 4096 × 32768 tile through fp32 copies; the Triton kernels allocate nothing
+    assert gpu.peak_bytes < 0.6 * cpu.peak_bytes
+    assert gpu.max_by_category()["parameters"] == cpu.max_by_category()["parameters"]
+    # single-tensor AdamW makes per-parameter temporaries at the step; fused AdamW updates in place
+    loop, fused = estimate("small", 2048, optim="for-loop"), estimate("small", 2048, optim="fused")
+    assert _optimizer_peak(loop) > _optimizer_peak(fused)
+
+
+def test_checkpointed_layer_inputs_are_counted_by_identity_not_by_size():
+    from transformers import LlamaConfig
+
+    # other activations of a layer input's byte size exist too (the size census counts 6 here)
+    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=512)
+    p = estimate(cfg, 512, dtype="fp32", device="cpu")
+    assert p.meta["saved_layer_tensors"] == 3 < p.meta["hidden_sized_tensors"]
+    assert estimate(cfg, 512, dtype="fp32", device="cpu", offload=True).meta["saved_layer_tensors"] == 0
+
+
+def test_a_sliding_window_model_says_what_its_masks_cost_and_flash_attention_builds_none():
+    from transformers import MistralConfig
+
+    cfg = MistralConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                        num_key_value_heads=2, vocab_size=1000, sliding_window=512)
+    sdpa = estimate(cfg, 4096)
+    flash = estimate(cfg, 4096, attn_implementation="flash_attention_2")
+    assert sdpa.meta["sliding_window"] == 512
+    assert sdpa.meta["attention_mask_gib"] * 2**30 == 4096 * 4096  # one boolean (seq × seq) mask
+    assert flash.meta["attention_mask_gib"] == 0 and flash.peak_bytes < sdpa.peak_bytes

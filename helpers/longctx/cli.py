@@ -117,7 +117,8 @@ def _cmd_estimate(args) -> None:
 
     profile = estimate(args.model, parse_length(args.seq_len), loss=args.loss, checkpointing=not args.no_checkpointing,
                        offload=args.offload, dtype=args.dtype, batch=args.batch, cp_size=args.cp_size,
-                       mixed_precision=args.mixed_precision)
+                       mixed_precision=args.mixed_precision, device=args.device, optim=args.optim,
+                       attn_implementation=args.attn)
     summary = profile.summary()
     summary["versions"] = versions()
     if args.json:
@@ -128,7 +129,14 @@ def _cmd_estimate(args) -> None:
               f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
               f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
               f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
-              f"host {summary['host_gib']:.2f} GiB")
+              f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
+              f"{args.optim} AdamW)")
+        if summary["attention_mask_gib"] > 0:
+            window = summary["sliding_window"]
+            print(f"note: {summary['attention_mask_gib']:.2f} GiB of the step are (sequence × sequence) attention masks "
+                  f"that transformers builds for {args.attn}" + (f" (sliding window of {window:,} tokens)" if window else "")
+                  + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
+                  "builds none: estimate with it to see the difference.")
 
 
 def _cmd_plan(args) -> None:
@@ -215,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
     p.add_argument("--mixed-precision", action="store_true",
                    help="fp32 master weights and optimizer state, bf16 compute (FSDP2; needs --cp-size > 1)")
+    # the choices are checked (and listed) by the estimator itself, which this parser does not import
+    p.add_argument("--device", default="cuda",
+                   help="whose kernels the step runs: cuda (default; the GPU's, emulated on fake tensors) or cpu")
+    p.add_argument("--optim", default="fused",
+                   help="AdamW implementation: fused (the Trainer's default adamw_torch_fused), foreach, for-loop")
+    p.add_argument("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_estimate)
 

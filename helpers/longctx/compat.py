@@ -183,3 +183,82 @@ def before_deepspeed_step(callback):
         yield
     finally:
         DeepSpeedEngineWrapper.backward = original
+
+
+@contextlib.contextmanager
+def gpu_dispatch(*, attention: bool = True):
+    """Take the GPU's side of every device-dependent branch of a training step traced on fake CPU tensors
+    (a CPU-only torch aborts autograd on fake CUDA tensors, so the estimator cannot trace on those).
+
+    trl 1.16.0, `trl.kernels.chunked_logprob` (TRL's fused LM head): `_use_triton(device)` is True on
+    CUDA, where each tile is folded by the Triton kernels `_forward_kernel[grid]` / `_backward_kernel[grid]`
+    (in place, no temporaries; the backward sizes its grid with `triton.cdiv`), and `_addmm_fp32`
+    accumulates bf16 products straight into fp32 (`torch.addmm(..., out_dtype=torch.float32)`) when
+    `acc.device.type == "cuda"`. On a CPU tensor both take the torch fallback: whole-tile fp32 temporaries
+    and fp32 copies of both operands. Under this context the module's names are swapped for the GPU
+    branch, with the Triton launches replaced by `gpu_kernels.TritonLaunch` (allocates nothing, as the
+    kernels do). Left as on the CPU: `trl.trainer.utils._use_triton`, which on a GPU makes the head score
+    only the labelled rows (`hidden_states[mask]`): fake tensors cannot size a boolean-mask index, and with
+    every position labelled (the estimate's step) the rows it copies are the rows the CPU path views.
+
+    torch 2.13.0, `F.scaled_dot_product_attention`: on CPU tensors it dispatches to the CPU kernels; under
+    this context (with `attention`) it goes through `gpu_kernels.sdpa_as_cuda`, the flash or
+    memory-efficient kernel a CUDA GPU picks. Context parallelism keeps torch's CPU ring (attention=False).
+    Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device.
+    """
+    import types
+
+    import trl.trainer.utils  # noqa: F401  imported first, so its own `_use_triton` binds the original
+    from trl.kernels import chunked_logprob as kernel
+
+    from .memory import gpu_kernels
+
+    def addmm_fp32(acc, a, b):
+        if a.dtype in (torch.float16, torch.bfloat16):
+            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+        else:
+            acc.addmm_(a.float(), b.float())
+
+    swaps = [(kernel, "_use_triton", lambda device: True),
+             (kernel, "_forward_kernel", gpu_kernels.TritonLaunch()),
+             (kernel, "_backward_kernel", gpu_kernels.TritonLaunch()),
+             (kernel, "triton", types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))),
+             (kernel, "_addmm_fp32", addmm_fp32)]
+    if attention:
+        swaps.append((torch.nn.functional, "scaled_dot_product_attention",
+                      gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)))
+    missing = object()
+    before = [(owner, name, getattr(owner, name, missing)) for owner, name, _ in swaps]
+    for owner, name, value in swaps:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in before:
+            if value is missing:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+# the name the stand-in is registered under: transformers treats any name holding "flash" as the flash-attn
+# package and tries to import it
+FLASH_ATTENTION_2 = "longctx_fa2_stand_in"
+
+
+def register_flash_attention_2() -> str:
+    """transformers 5.24.0 accepts `attn_implementation="flash_attention_2"` only with the flash-attn
+    package installed (CUDA only). For an estimate, this registers the FlashAttention-2 stand-in
+    (`gpu_kernels.flash_attention_2`) under its own name, with the flash mask function (no (seq × seq)
+    mask is built, as on the real path), through transformers' public `AttentionInterface` /
+    `AttentionMaskInterface`. Idempotent; returns the name to pass as `attn_implementation`.
+    Test: test_compat.py::test_flash_attention_2_still_needs_the_package.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    from .memory import gpu_kernels
+
+    AttentionInterface.register(FLASH_ATTENTION_2, gpu_kernels.flash_attention_2)
+    AttentionMaskInterface.register(FLASH_ATTENTION_2, flash_attention_mask)
+    return FLASH_ATTENTION_2

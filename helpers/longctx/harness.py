@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from . import needs, outputs
-from .errors import LongctxError
+from .errors import LongctxError, check_choice
 from .paths import build_dir, notebooks_dir
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
@@ -249,8 +249,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
 
-    if size not in SIZES:
-        raise LongctxError(f"Unknown size {size!r}; use one of {', '.join(SIZES)}.")
+    check_choice("size", size, SIZES)
     notebook = resolve(name)
     params = size_params(notebook, size)
     params.update(overrides or {})

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LongctxError
+from .errors import LongctxError, check_choice
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,7 @@ def torch_dtype(name):
     table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if isinstance(name, torch.dtype) and name in table.values():
         return name
-    if name not in table:
-        raise LongctxError(f"Unknown dtype {name!r}; use one of {', '.join(DTYPE_NAMES)}.")
+    check_choice("dtype", name, DTYPE_NAMES)
     return table[name]
 
 

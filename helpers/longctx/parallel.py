@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import children
-from .errors import LongctxError
+from .errors import LongctxError, check_choice
 
 MODES = ("single", "cp", "sp")
 
@@ -122,8 +122,7 @@ def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path,
     from . import models
 
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
-    if mode not in MODES:
-        raise LongctxError(f"Unknown mode {mode!r}; use one of {', '.join(MODES)}.")
+    check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:
         raise LongctxError("mode='single' runs one process (nprocs=1).")
     cfg = models.config(model)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import children, outputs
-from .errors import LongctxError
+from .errors import LongctxError, check_choice
 from .paths import build_dir
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
@@ -75,8 +75,7 @@ class Sweep:
     def __post_init__(self) -> None:
         from .harness import SIZES, check_parameters, declared_parameters, resolve, size_params
 
-        if self.size not in SIZES:
-            raise LongctxError(f"Unknown size {self.size!r}; use one of {', '.join(SIZES)}.")
+        check_choice("size", self.size, SIZES)
         path = resolve(self.notebook)
         self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
         if not self.grid:
@@ -234,8 +233,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
 def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | None = None,
         metric: str | None = None, progress: bool = True) -> Path:
     """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
-    if executor not in EXECUTORS:
-        raise LongctxError(f"Unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}.")
+    check_choice("executor", executor, EXECUTORS)
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
     if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):

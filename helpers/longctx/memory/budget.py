@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..errors import LongctxError
+from ..errors import LongctxError, check_choice
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "nf4": 0.5}
 METHODS = ("full", "lora", "qlora")
@@ -54,12 +54,11 @@ def training_budget(
     qlora: as lora, with the frozen base stored in 4 bits (`weight_dtype="nf4"`).
     `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor.
     """
-    if method not in METHODS:
-        raise LongctxError(f"Unknown method {method!r}; use one of {', '.join(METHODS)}.")
+    check_choice("method", method, METHODS)
     for name, dt in (("weight_dtype", weight_dtype), ("grad_dtype", grad_dtype), ("state_dtype", state_dtype),
                      ("adapter_dtype", adapter_dtype)):
-        if dt is not None and dt not in BYTES:
-            raise LongctxError(f"Unknown {name} {dt!r}; use one of {', '.join(BYTES)}.")
+        if dt is not None:
+            check_choice(name, dt, BYTES)
     if method == "qlora" and weight_dtype != "nf4":
         raise LongctxError("QLoRA stores the base in 4 bits: pass weight_dtype='nf4' (or method='lora').")
     if method != "full" and trainable_params <= 0:

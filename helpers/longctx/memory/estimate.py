@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ..errors import LongctxError
+from ..errors import LongctxError, check_choice
 from ..train import LOSSES
 from .measure import TimelineTracker
 from .profile import CATEGORIES, GIB, MemoryProfile
@@ -26,6 +26,11 @@ DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~30 s to estimate)
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
+DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, compat.gpu_dispatch) or the CPU's
+# AdamW's three implementations in torch. The Trainer's default `optim="adamw_torch_fused"` (torch >= 2.8) is
+# "fused"; `optim="adamw_torch"` lets torch pick, which is "foreach" on CUDA tensors and "for-loop" on CPU ones.
+OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
+ATTENTIONS = ("sdpa", "flash_attention_2", "eager")  # transformers' attn_implementation values modelled here
 
 
 def check_model(cfg) -> None:
@@ -52,7 +57,8 @@ def check_model(cfg) -> None:
                            "the first to be a multiple of the second.")
 
 
-def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int) -> None:
+def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int,
+                 device: str = "cpu", optim: str = "fused", attn_implementation: str = "sdpa") -> None:
     from ..data import check_positive_int
 
     check_model(cfg)
@@ -61,10 +67,14 @@ def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool,
         raise LongctxError(f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (16 times "
                            "the guide's million-token step); give a shorter sequence or a smaller batch.")
     check_positive_int("batch", batch)
-    if loss not in LOSSES:
-        raise LongctxError(f"Unknown loss {loss!r}; use one of {', '.join(LOSSES)}.")
-    if dtype not in DTYPES:
-        raise LongctxError(f"Unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}.")
+    check_choice("loss", loss, LOSSES)
+    check_choice("dtype", dtype, DTYPES)
+    check_choice("device", device, DEVICES)
+    check_choice("optim", optim, OPTIMIZERS)
+    check_choice("attn_implementation", attn_implementation, ATTENTIONS)
+    if attn_implementation == "flash_attention_2" and (device != "cuda" or dtype == "fp32"):
+        raise LongctxError("FlashAttention-2 runs on CUDA GPUs in bf16/fp16 only: estimate it with device='cuda' "
+                           "(--device cuda) and dtype bf16, or pick attn_implementation='sdpa'.")
     if offload and not checkpointing:
         raise LongctxError("Activation offload moves the tensors that checkpointing saves; it needs "
                            "gradient checkpointing on (drop --no-checkpointing, or drop --offload).")
@@ -91,7 +101,8 @@ def _default_dtype(dtype):
 
 
 def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False,
-               batch: int = 1, lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False):
+               batch: int = 1, lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False,
+               optim: str = "fused", attn_implementation: str = "sdpa"):
     """Model, optimizer (its state already created) and a `step()` closure: forward, loss, backward,
     optimizer step. Runs the same on real tensors (measure) and under FakeTensorMode (estimate).
 
@@ -99,11 +110,16 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     accelerate wraps transformer layers) and the step runs under torch's `context_parallel`, which gives
     this rank its slice of the sequence and routes attention through the ring. `mixed_precision` keeps
     fp32 master weights and optimizer state with bf16 compute (FSDP2 MixedPrecisionPolicy), as
-    accelerate's `mixed_precision: bf16` does."""
+    accelerate's `mixed_precision: bf16` does. `optim` is one of OPTIMIZERS; `attn_implementation` is
+    passed to transformers (flash_attention_2 as compat's stand-in, fake tensors only)."""
     from transformers import AutoModelForCausalLM
 
+    from .. import compat
+
     torch.manual_seed(seed)
-    net = AutoModelForCausalLM.from_config(cfg)
+    if attn_implementation == "flash_attention_2":
+        attn_implementation = compat.register_flash_attention_2()
+    net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
     if checkpointing:
         if not net.supports_gradient_checkpointing:
             raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
@@ -127,7 +143,7 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(net, mesh=mesh, mp_policy=policy)
     net.train()
-    optimizer = torch.optim.AdamW(net.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, **OPTIMIZERS[optim])
     for p in net.parameters():  # one warm-up step creates AdamW's state, as before every later step
         p.grad = torch.zeros_like(p)
     optimizer.step()
@@ -198,10 +214,16 @@ def _fake_mesh(cp_size: int):
 
 def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True,
              offload: bool = False, dtype: str = DEFAULT_DTYPE, batch: int = 1, fake: bool = True, cp_size: int = 1,
-             mixed_precision: bool = False) -> MemoryProfile:
+             mixed_precision: bool = False, device: str | None = None, optim: str = "fused",
+             attn_implementation: str = "sdpa") -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
     on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same
     step runs for real on the CPU (small models only): that is how the estimator is checked.
+
+    `device` says whose kernels the step runs: "cuda" (the default on fake tensors) takes the GPU's side
+    of every device-dependent branch (TRL's Triton head, the CUDA attention kernels; compat.gpu_dispatch),
+    "cpu" (the default, and the only choice, for a real step) the CPU's. `optim` is AdamW's implementation
+    (OPTIMIZERS; the Trainer's default is "fused") and `attn_implementation` transformers' attention.
 
     With `cp_size=N` the profile is one rank's of an N-GPU context-parallel job (FSDP2 sharding, this
     rank's slice of the sequence, the ring's buffers), run under torch's fake process group."""
@@ -209,47 +231,97 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
 
     from .. import compat, models
 
+    device = device or ("cuda" if fake else "cpu")
     cfg = models.config(model) if isinstance(model, str) else model
-    check_levers(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype, batch=batch)
+    check_levers(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype, batch=batch,
+                 device=device, optim=optim, attn_implementation=attn_implementation)
     check_cp(cfg, seq_len, cp_size, mixed_precision=mixed_precision, fake=fake, dtype=dtype)
+    if cp_size > 1 and attn_implementation != "sdpa":
+        raise LongctxError("torch's context_parallel splits the sequence by routing scaled_dot_product_attention "
+                           "through its ring: a context-parallel step needs attn_implementation='sdpa'.")
+    if not fake and device != "cpu":
+        raise LongctxError("A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or estimate "
+                           "the GPU's step on fake tensors (fake=True).")
     if offload and not fake:
         raise LongctxError("A real CPU step has no separate host memory to offload to; estimate it (fake=True).")
     layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     start = time.perf_counter()
     fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
     build_dtype = torch.float32 if mixed_precision else DTYPES[dtype]
-    with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype):
+    # under CP the attention stays torch's CPU ring (the only ring a CPU build can run); the rest is the GPU's
+    kernels = compat.gpu_dispatch(attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
+    with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
         net, optimizer, step = build_step(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload,
-                                          batch=batch, mesh=mesh, mixed_precision=mixed_precision)
+                                          batch=batch, mesh=mesh, mixed_precision=mixed_precision, optim=optim,
+                                          attn_implementation=attn_implementation)
         tracker = TimelineTracker("cpu", host=HOST, band_bytes=layer_input)
         tracker.track_external(net, optimizer)
+        tracker.watch_layer_inputs(_decoder_layers(net))
+        masks = _attention_masks(net)
         with tracker:
             tracker.record()
             step()
             tracker.record()
+        mask_bytes = sum(masks.values())
     profile = tracker.profile("fake-tensors" if fake else "memtracker")
     first = dict(zip(CATEGORIES, profile.timeline[0]))
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     profile.meta.update(
         model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
         seq_len=seq_len, batch=batch, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype,
         cp_size=cp_size, tokens_per_rank=seq_len // cp_size, mixed_precision=mixed_precision,
+        device=device, optim=optim, attn_implementation=attn_implementation,
         params=sum(p.numel() for p in net.parameters()),
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,
-        saved_layer_tensors=int(tracker.forward_end_activations.get(layer_input, 0)),
+        saved_layer_tensors=tracker.layer_inputs_at_forward_end,
+        hidden_sized_tensors=int(tracker.forward_end_activations.get(layer_input, 0)),
+        sliding_window=getattr(text, "sliding_window", None),
+        attention_mask_gib=mask_bytes / GIB,  # (seq × seq) masks transformers built for the attention kernel
         device_peak_gib=profile.peak_gib, wall_seconds=time.perf_counter() - start,
     )
     return profile
+
+
+def _decoder_layers(net) -> list:
+    layers = getattr(getattr(net, "model", None), "layers", None)
+    if layers is None:
+        raise LongctxError(f"{type(net).__name__} keeps no decoder layers at .model.layers; longctx estimates the "
+                           "causal LMs transformers builds that way (Qwen3, Llama, Mistral, Gemma, Phi, MoE families).")
+    return list(layers)
+
+
+def _attention_masks(net) -> dict:
+    """Storage → bytes of every attention mask handed to an attention module during the step."""
+    seen = {}
+
+    def hook(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor):
+            storage = mask.untyped_storage()  # keyed by its address: holding it would keep the mask alive
+            seen[storage._cdata] = storage.nbytes()
+
+    for layer in _decoder_layers(net):
+        attention = getattr(layer, "self_attn", None)
+        if attention is not None:
+            attention.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
 
 
 def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None,
           **levers) -> dict:
     """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`.
 
-    Past the fixed-size tile regime the peak grows almost linearly with length, so the answer is found
-    by the secant method from 32k and 96k tokens: each new estimate re-draws the line through the last
-    two points. `known` maps lengths already estimated (with the same levers) to their peaks in GiB."""
-    peaks = dict(known or {})
+    Past the fixed-size tile regime the peak grows almost linearly with length, so the secant method
+    from 32 and 96 multiples lands next to the answer; the last fitting and first failing multiples
+    are then closed in on by bisection, so the answer does not depend on which lengths were tried.
+    `known` maps lengths already estimated (with the same levers) to their peaks in GiB."""
+    from ..data import check_positive_int
+
+    check_positive_int("multiple", multiple)
+    if not capacity_gib > 0:
+        raise LongctxError(f"capacity_gib must be a positive number of GiB, got {capacity_gib!r}.")
+    peaks = {n: p for n, p in (known or {}).items() if n % multiple == 0}
 
     def peak(n: int) -> float:
         if n not in peaks:
@@ -264,11 +336,21 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
         if guess in points:
             break
         points.append(guess)
+    intercept = peak(x1) - slope * x1
     fitting = [n for n in peaks if peaks[n] <= capacity_gib]
-    if not fitting:
-        shortest = min(peaks)
-        raise LongctxError(f"Even {shortest:,} tokens need {peaks[shortest]:.1f} GiB, over the {capacity_gib:g} GiB "
+    if not fitting and peak(multiple) > capacity_gib:
+        raise LongctxError(f"Even {multiple:,} tokens need {peaks[multiple]:.1f} GiB, over the {capacity_gib:g} GiB "
                            "capacity: add levers (chunked loss, checkpointing, offload) or more memory.")
-    best = max(fitting)
-    return {"seq_len": best, "peak_gib": peak(best), "gib_per_1k_tokens": slope * 1024,
-            "intercept_gib": peak(x1) - slope * x1, "estimates": len(peaks) - len(known or {})}
+    low = max(n for n in peaks if peaks[n] <= capacity_gib)
+    high = min((n for n in peaks if n > low and peaks[n] > capacity_gib), default=None)
+    step = multiple
+    while high is None:  # nothing known to fail above the best fit: walk up, doubling the stride
+        n = low + step
+        if n * levers.get("batch", 1) > MAX_TOKENS:
+            break
+        low, high, step = (n, None, step * 2) if peak(n) <= capacity_gib else (low, n, step)
+    while high is not None and high - low > multiple:  # bisection on multiples: peak grows with length
+        mid = (low + high) // 2 // multiple * multiple
+        low, high = (mid, high) if peak(mid) <= capacity_gib else (low, mid)
+    return {"seq_len": low, "peak_gib": peak(low), "gib_per_1k_tokens": slope * 1024, "intercept_gib": intercept,
+            "estimates": len(peaks) - len([n for n in (known or {}) if n % multiple == 0])}

@@ -9,6 +9,7 @@ FakeTensorMode, so measured and estimated profiles are built by the same code.
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Callable
 
@@ -65,6 +66,28 @@ class TimelineTracker(FrozenParamsMemTracker):
         self.host_rows: list[int] = []
         self.phases: list[str] = []
         self.forward_end_activations: Counter = Counter()  # storage bytes → how many
+        self._layer_inputs: list = []  # weak references to the storages decoder layers took as input
+        self.layer_inputs_at_forward_end = 0
+
+    def watch_layer_inputs(self, layers) -> None:
+        """Count, at the end of the forward pass, the decoder layers' own inputs still alive on the device
+        (what checkpointing keeps per layer), told apart from other tensors of the same size."""
+        def hook(module, args, kwargs):
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            if isinstance(hidden, torch.Tensor) and not self._mod_tracker.is_bw:
+                self._layer_inputs.append(weakref.ref(hidden.untyped_storage()))
+
+        for layer in layers:
+            layer.register_forward_pre_hook(hook, with_kwargs=True)
+
+    def _live_layer_inputs(self) -> int:
+        live = {}
+        for ref in self._layer_inputs:
+            storage = ref()
+            winfo, _ = self._WINFO.get(storage, (None, None)) if storage is not None else (None, None)
+            if winfo is not None and winfo.reftype == _MemRefType.ACT and winfo.device == self.device:
+                live[storage._cdata] = 1
+        return len(live)
 
     def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
         super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
@@ -96,6 +119,7 @@ class TimelineTracker(FrozenParamsMemTracker):
         phase = self._phase()
         if phase != "forward" and self.phases and self.phases[-1] == "forward":
             self.forward_end_activations = self._live_activations()
+            self.layer_inputs_at_forward_end = self._live_layer_inputs()
         snap = self._curr_mem_snap.get(self.device, {})
         by_name = {_TRACKER_NAMES[k.value]: v for k, v in snap.items() if hasattr(k, "value")}
         self.rows.append([by_name.get(c, 0) for c in CATEGORIES])

@@ -1,0 +1,40 @@
+"""The estimator on the guide's measured cases, GPU step (device="cuda") beside CPU step (device="cpu").
+
+The guide is the TRL documentation page "Training Beyond 1M Tokens"
+(huggingface.co/docs/trl/en/long_context_training); its numbers are peaks measured on 80 GB GPUs, in GB as
+the page prints them. Each row prints our estimate for both kernel sets and its ratio to the guide's number;
+the reach rows give the longest length (a multiple of 1,024) whose estimated peak fits 80 GiB.
+
+Run: .venv/bin/python benchmarks/guide_cases.py   (about 10 minutes on 2 cores)
+"""
+
+import time
+
+from longctx.memory.estimate import estimate, reach
+
+CASES = [  # label, model, tokens, levers, the guide's peak (GB)
+    ("Qwen3-4B 96k, chunked + ckpt", "qwen3-4b", 98304, {}, 59.9),
+    ("+ offload", "qwen3-4b", 98304, {"offload": True}, 48.8),
+    ("Qwen3-4B 1M, CP4 + offload", "qwen3-4b", 1048576, {"cp_size": 4, "offload": True}, 63.6),
+    ("Qwen3-8B 1M, CP8 + offload, mixed prec.", "qwen3-8b", 1048576,
+     {"cp_size": 8, "offload": True, "mixed_precision": True}, 56.0),
+]
+REACH = [("reach, chunked", {}, 163840), ("reach, offload", {"offload": True}, 262144)]  # the guide: ~160k, 256k
+
+
+def main() -> None:
+    print(f"{'case':38s} {'guide':>7s} {'cuda':>8s} {'ratio':>6s} {'cpu':>8s} {'ratio':>6s}  seconds")
+    for label, model, n, levers, guide in CASES:
+        start = time.perf_counter()
+        gpu, cpu = (estimate(model, n, device=d, **levers).peak_gib for d in ("cuda", "cpu"))
+        print(f"{label:38s} {guide:7.1f} {gpu:8.2f} {gpu / guide:6.3f} {cpu:8.2f} {cpu / guide:6.3f}  "
+              f"{time.perf_counter() - start:.0f}", flush=True)
+    for label, levers, guide in REACH:
+        start = time.perf_counter()
+        gpu, cpu = (reach("qwen3-4b", 80.0, device=d, **levers)["seq_len"] for d in ("cuda", "cpu"))
+        print(f"{label:38s} {guide:7,d} {gpu:8,d} {gpu / guide:6.3f} {cpu:8,d} {cpu / guide:6.3f}  "
+              f"{time.perf_counter() - start:.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Fake stand-ins for the GPU kernels a CUDA training step runs, for the estimator.
+
+A CPU-only torch cannot run autograd on fake *CUDA* tensors (the engine asks for a CUDA stream and
+aborts), so the estimator traces on fake CPU tensors and lets `compat.gpu_dispatch()` route the
+device-dependent calls to what a GPU would run. What cannot run here at all (Triton, FlashAttention)
+is replaced by the functions below: they compute nothing (their inputs are fake) but allocate exactly
+the outputs and scratch the real kernels allocate, so the tracker sees the GPU's bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from ..errors import LongctxError
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _fake_only(*tensors) -> None:
+    if not all(isinstance(t, FakeTensor) for t in tensors):
+        raise LongctxError("The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only "
+                           "(longctx.memory.estimate).")
+
+
+class FlashAttention(torch.autograd.Function):
+    """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`,
+    vendored by PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout.
+
+    forward (`mha_fwd`): the output in (batch, seq, heads, head_dim) memory and the fp32 softmax
+    log-sum-exp (batch, heads, seq); it saves q, k, v, out and the log-sum-exp.
+    backward (`mha_bwd`): dq, dk, dv like their inputs, plus scratch alive while the kernel runs:
+    `softmax_d` fp32 (batch, heads, seq rounded to 128), `dq_accum` fp32 (batch, seq rounded to 128,
+    heads, head_dim rounded to 32), and with grouped K/V heads `dk_expanded`/`dv_expanded` at the
+    query's head count.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        _fake_only(q, k, v)
+        b, h, s, d = q.shape
+        out = q.new_empty((b, s, h, d)).transpose(1, 2)  # the layout SDPA returns: no copy to make it contiguous
+        lse = q.new_empty((b, h, s), dtype=torch.float32)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, _out, _lse = ctx.saved_tensors
+        b, h, s, d = q.shape
+        scratch = [q.new_empty((b, h, _round_up(s, 128)), dtype=torch.float32),
+                   q.new_empty((b, _round_up(s, 128), h, _round_up(d, 32) if d <= 192 else 256), dtype=torch.float32)]
+        if k.shape[1] != h:
+            scratch += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, v.shape[3]))]
+        grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        del scratch  # freed when the kernel returns, after the gradients exist
+        return grads
+
+
+def flash_attention(q, k, v):
+    """Attention through the FlashAttention-2 stand-in; returns SDPA's (batch, heads, seq, head_dim)."""
+    return FlashAttention.apply(q, k, v)
+
+
+def sdpa_as_cuda(original):
+    """`F.scaled_dot_product_attention` as PyTorch dispatches it on an H100-class GPU in bf16/fp16:
+    no mask and head_dim ≤ 256 → the flash kernel (grouped K/V heads natively); a mask → the
+    memory-efficient kernel, which takes the mask as an additive bias in the query's dtype (a boolean
+    mask is converted first, one more (seq × seq) copy; its own workspace is not modelled) and does not
+    take grouped heads (transformers has already expanded them when it passes a mask). Anything else
+    (fp32, large heads) is left to `original`, as the GPU would fall back too."""
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        half = query.dtype in (torch.float16, torch.bfloat16)
+        if half and query.shape[-1] <= 256 and attn_mask is None:
+            return flash_attention(query, key, value)
+        if half and query.shape[-1] <= 256 and attn_mask is not None and key.shape[1] == query.shape[1]:
+            bias = attn_mask
+            if attn_mask.dtype == torch.bool:  # what aten's convert_boolean_attn_mask does before the kernel
+                bias = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
+            out, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, bias, True, dropout_p, is_causal, scale=scale)
+            return out
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa)
+
+    return sdpa
+
+
+def flash_attention_2(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
+                      softcap=None, **kwargs):
+    """transformers' attention-function signature for `attn_implementation="flash_attention_2"`: the
+    flash-attn package's kernel (same allocations as above; a sliding window changes what it computes,
+    not what it allocates). Returns (batch, seq, heads, head_dim), as transformers' flash path does."""
+    return flash_attention(query, key, value).transpose(1, 2), None
+
+
+class TritonLaunch:
+    """A Triton kernel launch `kernel[grid](...)`: TRL's chunked log-prob kernels fold a tile into
+    buffers that already exist and allocate nothing, so the stand-in does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
