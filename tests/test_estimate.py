@@ -144,3 +144,13 @@ def test_a_sliding_window_model_says_what_its_masks_cost_and_flash_attention_bui
     assert sdpa.meta["sliding_window"] == 512
     assert sdpa.meta["attention_mask_gib"] * 2**30 == 4096 * 4096  # one boolean (seq × seq) mask
     assert flash.meta["attention_mask_gib"] == 0 and flash.peak_bytes < sdpa.peak_bytes
+
+
+def test_the_estimate_dtype_wins_over_a_dtype_the_config_names():
+    from longctx import models
+
+    named = models.config("tiny")
+    named.dtype = "bfloat16"  # as most hub configs say
+    fp32 = estimate(named, 256, dtype="fp32", device="cpu")
+    assert fp32.meta["fixed_gib"] == estimate(models.config("tiny"), 256, dtype="fp32", device="cpu").meta["fixed_gib"]
+    assert fp32.meta["saved_layer_tensors"] == models.PRESETS["tiny"].config["num_hidden_layers"]

@@ -110,6 +110,26 @@ def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
     assert (mine / "results.json").read_text() == "{}"
 
 
+def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
+    from longctx import outputs
+
+    forged = tmp_path / "forged"  # someone's folder with a hand-made marker
+    forged.mkdir()
+    (forged / ".longctx-run.json").write_text('["x"]')
+    (forged / "results.json").write_text("precious")
+    with pytest.raises(LongctxError, match="not the marker longctx writes"):
+        outputs.claim_folder(forged, "run")
+    assert (forged / "results.json").read_text() == "precious"
+
+    claimed = outputs.claim_folder(tmp_path / "claimed", "run")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (claimed / "figures").symlink_to(theirs)  # a later run would write its figures into `theirs`
+    with pytest.raises(LongctxError, match="figures is a symbolic link"):
+        outputs.claim_folder(claimed, "run")
+    assert list(theirs.iterdir()) == []
+
+
 def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
     from longctx import yarn
     from longctx.cli import main

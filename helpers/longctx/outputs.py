@@ -85,6 +85,8 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     _writable(out)
     marker = _ledger(out, command)
     mine = default is not None and out == Path(default).expanduser().resolve()  # callers check its contents
+    if marker.exists() or marker.is_symlink():
+        _check_marker(marker, out)
     if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:
         names = sorted(p.name for p in out.iterdir())
         raise LongctxError(f"{out} holds files `longctx {command}` did not write ({', '.join(names[:5])}"
@@ -99,6 +101,23 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     except OSError as exc:
         raise write_error(exc, out) from None
     return out
+
+
+def _check_marker(marker: Path, out: Path) -> None:
+    """A claimed folder is reused only as its claim left it: the marker as written, and no symbolic link
+    anywhere inside (a run writes into figures/, runs/, … and would write through one into someone's files)."""
+    try:
+        intact = marker.is_file() and not marker.is_symlink() and json.loads(marker.read_text()) == ["*"]
+    except (OSError, ValueError):
+        intact = False
+    if not intact:
+        raise LongctxError(f"{marker} is not the marker longctx writes when it claims a folder; remove it if the "
+                           f"folder is yours to reuse, or give --out a new folder. Nothing in {out} was touched.")
+    for root, dirs, files in os.walk(out):
+        links = [name for name in dirs + files if (Path(root) / name).is_symlink()]
+        if links:
+            raise LongctxError(f"{Path(root) / links[0]} is a symbolic link: a run would write through it. Remove it "
+                               f"(or give --out a new folder); nothing in {out} was touched.")
 
 
 def staging(out: Path) -> tempfile.TemporaryDirectory:

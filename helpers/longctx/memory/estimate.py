@@ -119,7 +119,9 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     torch.manual_seed(seed)
     if attn_implementation == "flash_attention_2":
         attn_implementation = compat.register_flash_attention_2()
-    net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+    # the dtype the caller set as default (the estimate's `dtype`): from_config would otherwise take a dtype the
+    # config names ("dtype": "bfloat16" in most hub configs) over it
+    net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation, dtype=torch.get_default_dtype())
     if checkpointing:
         if not net.supports_gradient_checkpointing:
             raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
