@@ -81,12 +81,12 @@ class TimelineTracker(FrozenParamsMemTracker):
             layer.register_forward_pre_hook(hook, with_kwargs=True)
 
     def _live_layer_inputs(self) -> int:
-        live = {}
+        live = set()  # storage addresses: a layer input seen twice (recorded again) counts once
         for ref in self._layer_inputs:
             storage = ref()
             winfo, _ = self._WINFO.get(storage, (None, None)) if storage is not None else (None, None)
             if winfo is not None and winfo.reftype == _MemRefType.ACT and winfo.device == self.device:
-                live[storage._cdata] = 1
+                live.add(storage._cdata)
         return len(live)
 
     def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
