@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all lessons data test lab lab-smoke figures clean
+.PHONY: all lessons data test test-fast lab lab-smoke figures clean
 all: lessons
 
 $(STAMP): pyproject.toml
@@ -26,15 +26,19 @@ lessons: data
 test: data
 	$(BIN)/pytest -q
 
+# the inner loop: everything but the tests that start notebook kernels or process launches (under 3 minutes)
+test-fast: data
+	$(BIN)/pytest -q -m "not slow"
+
 lab: data
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/longctx lab
 
 # A real browser opens a notebook in JupyterLab and runs every cell (needs Debian's chromium package).
 lab-smoke: data
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
 	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { echo "lab-smoke needs Chromium: apt-get install chromium"; exit 1; }
-	LONGCTX_LAB_SMOKE=1 $(BIN)/pytest -q tests/browser
+	LONGCTX_LAB_SMOKE=1 LAB_SMOKE_SHOTS=build/lab-smoke $(BIN)/pytest -q tests/browser
 
 figures: data
 	$(BIN)/longctx figures --size cpu

@@ -2,6 +2,16 @@ import os
 
 import pytest
 
+# tests that run notebooks through these fixtures are `slow` (the `make test-fast` tier leaves them out)
+SLOW_FIXTURES = {"executed", "killed_then_resumed"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 # Tests never write into the repository's build/: each session gets its own.
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_build(tmp_path_factory):

@@ -192,3 +192,42 @@ def test_a_damaged_parquet_copy_is_found_and_rewritten(data_copy):
     assert any("test-00000-of-00001.parquet: not the corpus's validation books" in p for p in data.verify())
     data.export_parquet(force=True)
     assert data.verify() == []
+
+
+def test_verify_names_files_a_loader_would_pick_up(data_copy):
+    import shutil
+
+    from longctx.paths import REPO
+
+    shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
+    (data_copy / f"tokenizer-{data.VOCAB_SIZE}" / "added_tokens.json").write_text('{"<x>": 4096}')
+    (data_copy / "yarn-base" / "special_tokens_map.json").write_text("{}")
+    problems = data.verify()
+    assert f"tokenizer-{data.VOCAB_SIZE}/added_tokens.json: not written by longctx (remove it)" in problems
+    assert any(p.startswith("yarn-base/special_tokens_map.json: not written by longctx") for p in problems)
+
+
+def test_an_unlisted_tokenizer_must_give_the_token_caches_again(data_copy):
+    import json
+
+    manifest = json.loads((data_copy / "manifest.json").read_text())
+    rel = f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json"
+    (data_copy / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != rel}))
+    assert data.verify() == []
+    path = data_copy / rel
+    spec = json.loads(path.read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, loads fine, two tokens trade ids
+    path.write_text(json.dumps(spec))
+    assert any(p.startswith(f"{rel}: tokenizes the books differently") for p in data.verify())
+
+
+def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
+    import json
+    import shutil
+
+    shutil.rmtree(data_copy / f"tokenizer-{data.VOCAB_SIZE}")
+    data.tokenizer()
+    listed = json.loads((data_copy / "manifest.json").read_text())
+    assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)

@@ -62,7 +62,7 @@ def test_cli_estimate_json(capsys, tmp_path):
 
 
 def test_lengths_parse():
-    assert parse_length("96k") == 98304 and parse_length("1M") == 1048576 and parse_length("512") == 512
+    assert parse_length("96k") == 98304 and parse_length("1M") == 1048576 and parse_length("512") == 512 and parse_length(" 96k ") == 98304
     for bad in ("0", "-5", "lots", "1.5k"):
         with pytest.raises(LongctxError):
             parse_length(bad)
@@ -106,6 +106,10 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
     broken.num_hidden_layers = -2
     with pytest.raises(LongctxError, match="num_hidden_layers must be a positive integer"):
         estimate(broken, 128)
+    for name, value in (("head_dim", 0), ("intermediate_size", -1)):
+        broken = models.config("tiny", **{name: value})
+        with pytest.raises(LongctxError, match=f"{name} is {value}; it must be a positive integer"):
+            estimate(broken, 128)
 
 
 def _optimizer_peak(profile) -> int:

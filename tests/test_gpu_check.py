@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from longctx.paths import REPO
 
 
@@ -16,6 +18,7 @@ def _gpu_check():
     return module
 
 
+@pytest.mark.slow
 def test_dry_run_builds_every_step_and_checks_every_input(tmp_path):
     gpu_check = _gpu_check()
     assert gpu_check.main(["--dry-run", "--out", str(tmp_path)]) == 0

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from longctx import LongctxError, harness
@@ -147,6 +149,28 @@ def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
     out = yarn.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
     assert (out / "notes.txt").read_text() == "keep me" and (out / "manifest.json").exists()
     assert not (out / "run").exists() and not list(tmp_path.glob(".mine.tmp-*"))
+    (out / "model.safetensors").unlink()
+    (out / "model.safetensors").mkdir()  # a folder where the weights go: refused before training, nothing moved
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    with pytest.raises(LongctxError, match="model.safetensors is a folder where longctx writes a file"):
+        yarn.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_place_checks_every_target_before_the_first_move(tmp_path):
+    from pathlib import Path
+
+    from longctx import outputs
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "b.png").mkdir()
+    with outputs.staging(out) as tmp:
+        for name in ("a.md", "b.png"):
+            (Path(tmp) / name).write_text(name)
+        with pytest.raises(LongctxError, match="b.png is a folder"):
+            outputs.place(Path(tmp), out, "figures")
+    assert sorted(p.name for p in out.iterdir()) == ["b.png"]  # a.md was not placed alone
 
 
 def test_values_parse_the_way_a_person_reads_them():
@@ -158,6 +182,7 @@ def test_values_parse_the_way_a_person_reads_them():
         harness.run("00", "ci", harness.parse_overrides(["SEQ_LEN=None"]))
 
 
+@pytest.mark.slow
 def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_a_recorded_failure(tmp_path):
     import nbformat
 
@@ -387,3 +412,33 @@ def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
 
     assert main(["pretrain", "--out", str(data_dir()), "--force", "--steps", "1"]) == 2
     assert "is the data folder itself" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["run", "00", "--size", "ci", "--out", "/tmp/" + "a" * 300], "--out '/tmp/aaa.*is too long to name a file"),
+    (["run", "00", "--size", "ci", "-p", "MODEL=" + "a" * 300], "The model 'aaa.*is too long"),
+    (["estimate", "--model", "a" * 300, "--seq-len", "1k"], "is too long"),
+    (["estimate", "--model", "", "--seq-len", "1k"], "The model is '': name a preset"),
+    (["run", "00", "--size", "ci", "--out", "~no-such-user-here/x"], "this machine has no such user"),
+    (["run", "00", "--size", "ci", "-p", "SEQ_LEN=" + "9" * 5000], "5000 digits"),
+    (["pretrain", "--seq-len", "1", "--out", "/tmp/never-made"], "--seq-len must be an integer ≥ 2"),
+    (["estimate", "--model", "a" * 97 + "/b", "--seq-len", "1k"], "Unknown model preset"),
+])
+def test_names_and_numbers_no_file_system_can_take_are_refused_plainly(argv, fragment, capsys):
+    from longctx.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and re.search(fragment, err), err
+
+
+def test_notebook_02_without_its_base_model_is_refused_before_a_kernel(tmp_path, monkeypatch):
+    import shutil
+
+    from longctx.paths import data_dir
+
+    shutil.copytree(data_dir() / "corpus", tmp_path / "corpus")  # the corpus, but no yarn-base
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path))
+    with pytest.raises(LongctxError, match="No pretrained base model"):
+        harness.run("02", "ci", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

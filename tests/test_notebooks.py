@@ -1,5 +1,7 @@
 """Every notebook runs headless at the `ci` size; its results.json is checked here."""
 
+import re
+
 import nbformat
 import pytest
 
@@ -161,3 +163,24 @@ def test_figures_regenerate_identically(ran, tmp_path):
     for name in sorted(names - {"index.md"}):
         assert (first / name).read_bytes() == (second / name).read_bytes(), f"{name} differs between two runs"
     assert "long_context_cp_scaling" in (first / "index.md").read_text()
+
+
+# stderr a lesson may show, each with its reason; everything else on stderr is library noise to silence at its
+# source (longctx.quiet) or a warning to fix in our own code
+ALLOWED_STDERR = {
+}
+
+
+def _stderr(nb) -> list[str]:
+    return ["".join(o.text) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "stream" and o.name == "stderr"]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_lesson_shows_no_library_noise(ran, name):
+    nb = nbformat.read(ran(name).executed, as_version=4)
+    noise = [text for text in _stderr(nb) if not any(re.search(p, text) for p in ALLOWED_STDERR)]
+    assert not noise, f"{name}: {len(noise)} stderr outputs, the first: {noise[0][:300]!r}"
+    stdout = "".join("".join(o.text) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                     if o.output_type == "stream" and o.name == "stdout")
+    assert "{'loss'" not in stdout and "{'train_runtime'" not in stdout  # the trainer's log dicts, printed

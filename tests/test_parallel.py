@@ -68,6 +68,7 @@ def _workers_of(out) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
     import os
     import signal
@@ -94,6 +95,7 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
     assert survivors == []
 
 
+@pytest.mark.slow
 def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
     import time
 
@@ -106,6 +108,7 @@ def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
     assert _workers_of(out) == []  # torchrun's ranks sit in process groups of their own: found through /proc
 
 
+@pytest.mark.slow
 def test_pool_workers_end_with_the_process_that_started_them(tmp_path):
     import os
     import signal

@@ -81,6 +81,7 @@ def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_pa
     assert list((tmp_path / "submitit").iterdir())  # submitit's own job folders: it really submitted
 
 
+@pytest.mark.slow
 def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path):
     calls = []
 
@@ -96,6 +97,7 @@ def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path):
     assert len(calls) == 1
 
 
+@pytest.mark.slow
 def test_other_failures_are_recorded_and_retried(tmp_path):
     def failing(notebook, size, params, out, progress):
         raise harness.NotebookFailed("boom", "ValueError", "bad")
@@ -133,6 +135,18 @@ def test_slurm_options_need_the_slurm_executor(tmp_path):
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
     with pytest.raises(LongctxError, match="need --executor slurm"):
         sweep.run(sw, executor="local", slurm={"partition": "gpu"})
+    for slurm, fragment in (({"time": -5}, "--time must be a whole number ≥ 1"), ({"gpus": -1}, "--gpus must be")):
+        with pytest.raises(LongctxError, match=fragment):
+            sweep.run(sw, executor="slurm-debug", slurm=slurm)
+    assert not tmp_path.joinpath(".longctx-sweep.json").exists()  # refused before the folder was claimed
+
+
+def test_a_sweep_without_the_corpus_claims_nothing(tmp_path, monkeypatch):
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "empty"))
+    with pytest.raises(LongctxError, match="corpus is not built"):
+        sweep.run(sw)
+    assert not (tmp_path / "sw").exists()
 
 
 def test_slurm_without_submitit_names_the_install(tmp_path, monkeypatch):
@@ -165,6 +179,7 @@ def test_grid_values_are_points_once_and_never_share_a_folder(tmp_path):
     assert len({sw.folder(p) for p in alike}) == 2
 
 
+@pytest.mark.slow
 def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):
     import socket
 
@@ -243,6 +258,46 @@ def test_replaced_weights_are_a_new_experiment_and_points_run_a_snapshot(tmp_pat
     outputs.claim_folder(sw.out, "sweep")
     snap = sweep._snapshot(sw)
     assert snap.read_bytes() == sw.path.read_bytes() and snap.parent.parent == sw.out / "source"
+    snap.write_text(snap.read_text().replace("SEQ_LEN", "SEQ_LEN_EDITED"))  # the copy edited by hand
+    assert sweep._snapshot(sw).read_bytes() == sw.path.read_bytes()  # checked on reuse, written again
+
+
+def _left_behind(sid: int, out: Path) -> list[int]:
+    """Processes of the sweep's session, and kernels (each in a session of its own, as jupyter_client starts
+    them) whose working folder is a point's folder under `out`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == sid or str(out) in os.readlink(entry / "cwd"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs):
+    if jobs > (os.cpu_count() or 1):
+        pytest.skip(f"--jobs {jobs} needs {jobs} CPU cores")
+    out = tmp_path / "sw"
+    proc = subprocess.Popen(_cli(out, "--jobs", str(jobs)), start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while len(list((out / "points").glob(".*.tmp-*"))) < jobs and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stdout.read()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
+    text = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, text
+    assert "longctx: interrupted" in text and "Traceback" not in text, text
+    time.sleep(2)  # a kernel already starting when the sweep was interrupted
+    deadline = time.time() + 10
+    while _left_behind(proc.pid, out) and time.time() < deadline:  # workers and kernels: gone at once
+        time.sleep(0.2)
+    assert not _left_behind(proc.pid, out)
+    assert not _done(out)
 
 
 def test_hidden_folders_the_notebook_default_model_and_the_library_are_in_the_key(tmp_path, monkeypatch):
@@ -261,3 +316,19 @@ def test_hidden_folders_the_notebook_default_model_and_the_library_are_in_the_ke
     yarn02 = sweep.Sweep("02", "ci", {"SEED": [1]}, out=tmp_path / "y")
     assert "MODEL" in yarn02._inputs(yarn02.points()[0])
     assert "longctx_source" in yarn02._versions
+
+
+def test_the_machine_and_the_launched_scripts_are_in_the_key(tmp_path, monkeypatch):
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
+    here = sw.key(sw.points()[0])
+    assert sw.machine.startswith("none")  # this CPU machine
+    elsewhere = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw", machine="cuda [85899345920]")
+    assert elsewhere.key(elsewhere.points()[0]) != here
+    # the scripts a notebook launches (scripts/sft_1m_context.py) count as the library's code
+    (tmp_path / "repo" / "scripts").mkdir(parents=True)
+    script = tmp_path / "repo" / "scripts" / "sft_1m_context.py"
+    script.write_text("print('v1')")
+    monkeypatch.setattr(sweep, "REPO", tmp_path / "repo")
+    before = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")._versions["longctx_source"]
+    script.write_text("print('v2')")
+    assert sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")._versions["longctx_source"] != before

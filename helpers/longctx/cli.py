@@ -91,6 +91,24 @@ def _cmd_data(args) -> None:
           f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}")
 
 
+def _cmd_lab(args) -> None:
+    import importlib.util
+    import os
+
+    from . import lab
+    from .paths import notebooks_dir, user_path
+
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise LongctxError("JupyterLab is not installed in this environment: pip install -e '.[lab]' (or `make lab`).")
+    root = user_path(args.folder, "The folder") if args.folder else notebooks_dir()
+    if not root.is_dir():
+        raise LongctxError(f"{root} is not a folder; give the folder of notebooks to open.")
+    lab.write_settings()
+    extra = args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args
+    cmd = lab.command(root, *extra)
+    os.execv(cmd[0], cmd)  # JupyterLab takes over this process (Ctrl-C stops it the way it always does)
+
+
 def _cmd_presets(args) -> None:
     from .models import PRESETS
 
@@ -100,6 +118,7 @@ def _cmd_presets(args) -> None:
 
 def parse_length(text: str) -> int:
     """'98304', '96k' (×1024) or '1M' (×1,048,576) → tokens."""
+    text = text.strip()
     scale = {"k": 1024, "m": 1024**2}.get(text[-1:].lower(), 1)
     digits = text[:-1] if scale > 1 else text
     try:
@@ -245,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
     p.set_defaults(func=_cmd_list)
     sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)
+    p = sub.add_parser("lab", help="JupyterLab on the lessons: no news pop-up, this environment's kernel")
+    p.add_argument("folder", nargs="?", default=None, help="folder to open (default: the notebooks)")
+    p.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="after --: options for JupyterLab itself")
+    p.set_defaults(func=_cmd_lab)
     p = sub.add_parser("data", help="fetch the corpus (hash checked), train the tokenizer, verify what is on disk")
     p.add_argument("--verify", action="store_true", help="only check the archive, books, tokenizer and token caches")
     p.add_argument("--force", action="store_true", help="unpack the corpus again from the verified archive")
@@ -268,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
+    except KeyboardInterrupt:
+        print("longctx: interrupted. Finished work is kept (a sweep's finished points, a run's earlier outputs); "
+              "run the same command again to go on.", file=sys.stderr)
+        return 130
     except LongctxError as exc:
         if args.debug:
             import traceback

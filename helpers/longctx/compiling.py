@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from . import quiet
 from .errors import LongctxError
 
 # The guide: NEURON_RT_VISIBLE_CORES accepts these subsets of a trn2.3xlarge's 4 logical cores; other
@@ -296,11 +297,13 @@ def grpo_generation(model, prompts: list[str], *, cache_implementation: str | No
         output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=max_completion_length,
         cache_implementation=cache_implementation, max_steps=steps, learning_rate=1e-5, use_cpu=on_cpu, bf16=False,
         report_to="none", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False, seed=seed,
-        save_strategy="no")
+        save_strategy="no",
+        activation_checkpointing=True)  # GRPOConfig's own default, under transformers 5.24's name for it
     if backend:  # on Neuron (backend None) the device compiles every shape by itself
         model.forward = torch.compile(model.forward, backend=backend)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_len, args=args,
                           train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=processing_class)
+    quiet.no_log_printing(trainer)
     with compile_settings(), CompileCounter() as counter:
         start = time.perf_counter()
         trainer.train()

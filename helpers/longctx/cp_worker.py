@@ -77,9 +77,10 @@ def main(spec_path: str) -> None:
     from transformers import TrainerCallback
     from trl import SFTTrainer
 
-    from . import compat, data, models
+    from . import compat, data, models, quiet
     from .memory.measure import TimelineTracker
 
+    quiet.for_lessons()  # each rank's output reaches the notebook's log: the libraries' chatter would repeat per rank
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -124,6 +125,7 @@ def main(spec_path: str) -> None:
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
                          callbacks=[Measure()])
+    quiet.no_log_printing(trainer)
     if spec["mode"] == "sp":
         with compat.before_deepspeed_step(lambda: tracker_box.update(grads=_full_grads(trainer.model, deepspeed=True))):
             trainer.train()

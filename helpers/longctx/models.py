@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import LongctxError, check_choice
+from .paths import user_path
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ PRESETS: dict[str, Preset] = {
     ]
 }
 
-HUB_ID = re.compile(  # "org/name": what the hub calls a repository
-    r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(  # "org/name": what the hub calls a repository (huggingface_hub: 1 to 96 characters each)
+    r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 # Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide
 # number assumes (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
@@ -101,10 +102,17 @@ def preset(name: str) -> Preset:
                            "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'.") from None
 
 
+def _check_not_empty(spec) -> None:
+    if not isinstance(spec, str) or not spec.strip():
+        raise LongctxError(f"The model is {spec!r}: name a preset ({', '.join(PRESETS)}), a config.json or a model "
+                           "folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'.")
+
+
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model name that is none of: a preset, an existing config.json or
     model folder, a hub id ('org/name'), or (notebook 02) "base"."""
-    path = Path(spec).expanduser()
+    _check_not_empty(spec)
+    path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
         return
     if (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json"):
@@ -117,9 +125,10 @@ def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
     from transformers import AutoConfig, Qwen3Config
 
+    _check_not_empty(spec)
     if spec in PRESETS:
         return Qwen3Config(**{**preset(spec).config, **overrides})
-    path = Path(spec).expanduser()
+    path = user_path(spec, "The model")
     if not path.exists() and (path.suffix == ".json" or spec.startswith((".", "/", "~"))):
         raise LongctxError(f"No model config at {spec}: give an existing config.json or model folder, a preset "
                            f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'.")

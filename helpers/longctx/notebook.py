@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import versions
+from . import quiet, versions
 from .paths import build_dir
 
 
@@ -80,6 +80,7 @@ class Session:
 
 def start(notebook: str, params: dict) -> Session:
     """Print versions and device, pick the output folder, and return the session that collects results."""
+    quiet.for_lessons()
     out = Path(os.environ.get("LONGCTX_OUT") or build_dir() / notebook / "interactive")
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LONGCTX_FIGURES", str(out / "figures"))

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import LongctxError
+from .paths import user_path
 
 
 def _ledger(out: Path, command: str) -> Path:
@@ -54,7 +55,7 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
     files are kept beside the command's, and a name of `writes` already held by a file the command did not
     write is still refused — unless `replace_own=False`, where `force` is the explicit ask to replace
     those files (a model folder)."""
-    out = Path(out).expanduser().resolve()
+    out = user_path(out, "--out").resolve()
     _writable(out)
     ledger = _ledger(out, command)
     present = sorted(p.name for p in out.iterdir() if p.name != ledger.name) if out.exists() else []
@@ -65,6 +66,7 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
         raise LongctxError(f"{out} is not empty ({shown(present)}). Choose a new folder, or pass --force to replace "
                            f"the files `longctx {command}` writes there ({shown(sorted(writes))}); nothing else is "
                            "touched.")
+    _check_targets(out, writes)
     if foreign and replace_own:
         clash = sorted(set(foreign) & writes)
         if not force:
@@ -81,10 +83,10 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     """A whole folder for a command that writes what it likes inside (a notebook run, a sweep): new, empty,
     the command's default, or one it claimed before; anything else is refused. With `write`, claims it
     (a marker file) and creates it."""
-    out = Path(out).expanduser().resolve()
+    out = user_path(out, "--out").resolve()
     _writable(out)
     marker = _ledger(out, command)
-    mine = default is not None and out == Path(default).expanduser().resolve()  # callers check its contents
+    mine = default is not None and out == user_path(default).resolve()  # callers check its contents
     if marker.exists() or marker.is_symlink():
         _check_marker(marker, out)
     if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:
@@ -126,10 +128,22 @@ def staging(out: Path) -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-")
 
 
+def _check_targets(out: Path, names) -> None:
+    """Each name a command writes is free or a regular file: a folder or a link there is refused (a rename
+    would fail on it half-way, or write through it)."""
+    for name in sorted(names):
+        target = out / name
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise LongctxError(f"{target} is a {'symbolic link' if target.is_symlink() else 'folder'} where longctx "
+                               "writes a file; move it away (or choose another folder). Nothing was written.")
+
+
 def place(tmp: Path, out: Path, command: str) -> list[str]:
-    """Move every file of `tmp` into `out`, replacing only files of the same names, and record them."""
+    """Move every file of `tmp` into `out`, replacing only files of the same names, and record them. Every
+    target is checked before the first move, so the files land all together or not at all."""
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
+    _check_targets(out, names)
     for name in names:
         os.replace(Path(tmp) / name, out / name)
     ledger = _ledger(out, command)

@@ -21,6 +21,24 @@ def _folder(variable: str, default: Path) -> Path:
     return path
 
 
+def user_path(text, what: str = "The path") -> Path:
+    """A path or name as the user typed it, `~` expanded, refused with the fix when it cannot name a file
+    here (no such user for `~name`, a name over the file system's 255 bytes, a path over 4095)."""
+    from .errors import LongctxError
+
+    text = os.fspath(text)
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # ~name of a user this machine does not have
+        raise LongctxError(f"{what} {text!r} starts with {text.split('/')[0]!r}, but this machine has no such user; "
+                           "write the folder out in full.") from None
+    too_long = any(len(os.fsencode(part)) > 255 for part in path.parts) or len(os.fsencode(str(path))) > 4095
+    if too_long:
+        raise LongctxError(f"{what} {text[:40]!r}… ({len(text)} characters) is too long to name a file or a folder "
+                           "(at most 255 bytes a name, 4095 a path); shorten it.")
+    return path
+
+
 def data_dir() -> Path:
     """Fetched and built artefacts (corpus, tokenizer, checkpoints). LONGCTX_DATA overrides."""
     return _folder("LONGCTX_DATA", REPO / "data")

@@ -25,13 +25,14 @@ import math
 import os
 import re
 import shutil
+import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import children, outputs
 from .errors import LongctxError, check_choice
-from .paths import build_dir
+from .paths import REPO, build_dir, user_path
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 MAX_POINTS = 10_000
@@ -71,6 +72,9 @@ class Sweep:
     grid: dict[str, list]
     fixed: dict = field(default_factory=dict)  # overrides shared by every point
     out: Path | None = None
+    # where the points run, part of their key: this machine's accelerators (read without a CUDA context), or
+    # for --executor slurm the partition and GPUs asked for; a point is not reused on other hardware
+    machine: str | None = None
 
     def __post_init__(self) -> None:
         from .harness import SIZES, check_parameters, declared_parameters, resolve, size_params
@@ -100,9 +104,10 @@ class Sweep:
         from . import versions
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
-        package = Path(__file__).parent  # the helper library's own code, edited or not
+        package = Path(__file__).parent  # the helper library's own code and the scripts notebooks launch
+        code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
         self._versions["longctx_source"] = hashlib.sha256(b"".join(
-            p.read_bytes() for p in sorted(package.rglob("*.py")))).hexdigest()[:16]
+            p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
 
     def points(self) -> list[dict]:
@@ -117,8 +122,14 @@ class Sweep:
     def key(self, point: dict) -> str:
         """What determines the point's result — notebook, size, every parameter, library versions — hashed.
         A finished point is reused only under the same key."""
+        if self.machine is None:
+            from .needs import machine
+
+            here = machine()
+            self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
         identity = {"notebook": self.notebook, "size": self.size, "params": self.params(point),
-                    "versions": self._versions, "source": self._source, "inputs": self._inputs(point)}
+                    "versions": self._versions, "source": self._source, "inputs": self._inputs(point),
+                    "machine": self.machine}
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     def _inputs(self, point: dict) -> dict:
@@ -129,7 +140,7 @@ class Sweep:
         from .yarn import checkpoint_dir
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
-        paths = {k: checkpoint_dir() if v == "base" else Path(v).expanduser() for k, v in named.items()}
+        paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
         found = {k: _fingerprint(p) for k, p in paths.items() if p.exists()}
         manifest = data_dir() / "manifest.json"  # its content: the hashes of the corpus and token caches
         found["data/manifest.json"] = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.is_file() \
@@ -236,9 +247,24 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
     check_choice("executor", executor, EXECUTORS)
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
+    for flag, key, low in (("--time", "time", 1), ("--gpus", "gpus", 0)):
+        value = (slurm or {}).get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            unit = "minutes per point" if key == "time" else "GPUs per point"
+            raise LongctxError(f"{flag} must be a whole number ≥ {low} ({unit}), got {value!r}.")
     if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):
         raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
                            f"got {jobs!r} (each job runs a notebook kernel of its own).")
+    if executor == "slurm" and sweep.machine is None:
+        sweep.machine = f"slurm partition={(slurm or {}).get('partition')} gpus={(slurm or {}).get('gpus', 0)}"
+    from .data import require_corpus
+
+    require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
+    if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
+        from . import needs
+
+        for point in sweep.pending():
+            needs.check(sweep.notebook, sweep.size, sweep.params(point))
     outputs.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
     with _only_sweep_on(sweep.out):
         return _run_locked(sweep, executor, jobs, slurm, metric, progress)
@@ -279,25 +305,13 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
              for p in todo]
-    if executor != "slurm":  # the points run on this machine: check it now, not after the first point
-        from . import needs
-
-        for call in calls:  # the node a SLURM job lands on checks its own hardware (harness.run)
-            needs.check(sweep.notebook, sweep.size, sweep.params(call[2]))
     finished = [_read_record(sweep.folder(p) / "point.json") for p in sweep.points() if p not in todo]
     _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
             _check_metric(metric, [run_point(*call)])
     elif executor == "local":
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        # each worker ends when this process does (and its kernel with it: ipykernel watches its parent)
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=children.stop_with_parent) as pool:
-            list(tqdm(pool.map(_run_call, calls), total=len(calls), desc=f"sweep {sweep.notebook}",
-                      disable=not progress))
+        _run_pool(calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
     else:
         _run_submitit(sweep, calls, executor, slurm or {}, progress)
     return write_table(sweep, metric)
@@ -306,7 +320,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
 def _snapshot(sweep: Sweep) -> Path:
     """The notebook as the sweep's keys saw it, copied once into the sweep folder (by its hash)."""
     copy = sweep.out / "source" / sweep._source[:12] / sweep.path.name
-    if not copy.exists():
+    if not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != sweep._source:  # absent or edited
         if hashlib.sha256(sweep.path.read_bytes()).hexdigest() != sweep._source:
             raise LongctxError(f"{sweep.path} changed after the sweep was set up; run the command again.")
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -327,6 +341,37 @@ def _check_metric(metric: str | None, records: list[dict]) -> None:
 
 def _run_call(call):
     return run_point(*call)
+
+
+def _pool_worker() -> None:
+    children.stop_with_parent()  # a worker ends when the sweep does (and its kernel with it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the sweep, which stops the workers itself
+
+
+def _run_pool(calls, jobs: int, bar) -> None:
+    """The points on `jobs` worker processes. Interrupted (Ctrl-C) or failing, the sweep cancels the points
+    not started and kills the workers with their kernels, so it returns at once; the points they were running
+    leave only temporaries, removed by the next run."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker)
+    try:
+        for future in as_completed([pool.submit(_run_call, call) for call in calls]):
+            future.result()
+            bar.update()
+    except BaseException:
+        workers = list(getattr(pool, "_processes", None) or {})  # the pool's worker PIDs (CPython's attribute)
+        with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the pool's pipes to killed workers fail quietly
+        for pid in [q for w in workers for q in children.descendants(w)] + workers:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        pool.shutdown(wait=True, cancel_futures=True)  # returns at once: the pool sees its workers gone
+        raise
+    finally:
+        bar.close()
+    pool.shutdown()
 
 
 def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import device
+from . import device, quiet
 from .errors import LongctxError
 
 LOSSES = ("chunked", "plain")
@@ -139,6 +139,7 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
         callbacks.append(_host_pool_callback(pool))
     trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, eval_dataset=eval_dataset,
                   processing_class=processing_class, callbacks=callbacks)
+    quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
     trainer.host_pool = pool  # read by longctx.memory.trainer_step (None without the CPU offload stand-in)
     return trainer
 

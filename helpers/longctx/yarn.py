@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .errors import LongctxError
-from .paths import data_dir
+from .paths import data_dir, user_path
 
 BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
     "preset": "small", "rope_theta": 100.0, "seq_len": 128, "steps": 1000, "batch": 32, "learning_rate": 3e-3,
@@ -54,7 +54,7 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
                          learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                    "tokenizer_config.json", "manifest.json", data.CHECKSUMS}
-    if out is not None and Path(out).expanduser().resolve() == data_dir().resolve():
+    if out is not None and user_path(out, "--out").resolve() == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
                            "folder of its own, e.g. --out data/my-base.")
     out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
@@ -92,7 +92,8 @@ def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_
         cpu = [name for name, p in models.PRESETS.items() if p.config.get("vocab_size") == data.VOCAB_SIZE]
         raise LongctxError(f"--preset {preset}: pretraining runs on this machine's CPU over the corpus's "
                            f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}.")
-    for flag, value, low in (("--seq-len", seq_len, 1), ("--steps", steps, 1), ("--batch", batch, 1),
+    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
+    for flag, value, low in (("--seq-len", seq_len, 2), ("--steps", steps, 1), ("--batch", batch, 1),
                              ("--warmup-steps", warmup_steps, 0), ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise LongctxError(f"{flag} must be an integer ≥ {low}, got {value!r}.")

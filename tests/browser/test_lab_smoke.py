@@ -1,8 +1,9 @@
 """JupyterLab smoke test (its own target: `make lab-smoke`; not part of `make test`).
 
-Starts JupyterLab headless on a copy of the notebooks, opens one notebook in a real headless Chromium
-(Debian's package, driven by Playwright), runs all cells from the Run menu as a learner would, saves,
-and checks that every code cell ran and none raised.
+Starts JupyterLab headless on a copy of the notebooks, the way `longctx lab` starts it, opens one notebook
+in a real headless Chromium (Debian's package, driven by Playwright), runs all cells from the Run menu as a
+learner would, saves, and checks that every code cell ran, none raised, no library wrote to stderr (no red
+output box) and no pop-up asked about Jupyter news. `make lab-smoke` keeps the screenshots in build/lab-smoke/.
 """
 
 import json
@@ -10,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = os.environ.get("LAB_SMOKE_NOTEBOOK", "00_memory_primer.ipynb")
+NOTEBOOK = os.environ.get("LAB_SMOKE_NOTEBOOK", "01_chunked_loss.ipynb")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not os.environ.get("LONGCTX_LAB_SMOKE"),
                                 reason="the browser smoke test runs with `make lab-smoke` (LONGCTX_LAB_SMOKE=1)")
@@ -39,9 +39,11 @@ def lab(tmp_path):
     shutil.copytree(REPO / "notebooks", root, ignore=shutil.ignore_patterns("params"))
     port, token = _free_port(), "longctx-smoke"
     env = dict(os.environ, LONGCTX_BUILD=str(tmp_path / "build"), JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter"))
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-                             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.ip=127.0.0.1",
-                             *(["--allow-root"] if os.geteuid() == 0 else [])],
+    from longctx import lab as longctx_lab
+
+    longctx_lab.write_settings()  # what `longctx lab` does before it starts JupyterLab
+    proc = subprocess.Popen(longctx_lab.command(root, "--no-browser", f"--port={port}", f"--IdentityProvider.token={token}",
+                                                "--ServerApp.ip=127.0.0.1"),
                             env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "lab.log").open("w"))
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
@@ -80,12 +82,24 @@ def test_notebook_runs_top_to_bottom_in_jupyterlab(lab):
             time.sleep(2)
         page.keyboard.press("Control+s")
         time.sleep(3)
-        page.screenshot(path=str(tmp / "lab.png"))
+        shots = Path(os.environ.get("LAB_SMOKE_SHOTS") or tmp)  # `make lab-smoke`: build/lab-smoke/
+        shots.mkdir(parents=True, exist_ok=True)
+        page.locator(".jp-Notebook .jp-Cell").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / f"{Path(NOTEBOOK).stem}-top.png"))
+        figure = page.locator(".jp-OutputArea-output img").first
+        figure.scroll_into_view_if_needed()
+        page.screenshot(path=str(shots / f"{Path(NOTEBOOK).stem}-first-figure.png"))
+        red_boxes = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count()
+        news = page.get_by_text("official Jupyter news").count()
         browser.close()
+    assert red_boxes == 0, f"{red_boxes} stderr outputs on the page"
+    assert news == 0, "JupyterLab asked about Jupyter news"
     nb = nbformat.read(root / NOTEBOOK, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, f"cells raised: {[(e.ename, e.evalue) for e in errors]}"
+    stderr = ["".join(o.text) for c in code for o in c.outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert not stderr, f"{len(stderr)} stderr outputs, the first: {stderr[0][:300]!r}"
     assert all(c.execution_count for c in code), "some code cells did not run"
     results = list((tmp / "build").glob("*/interactive/results.json"))
     assert results and json.loads(results[0].read_text())["results"]

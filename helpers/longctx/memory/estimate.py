@@ -51,6 +51,10 @@ def check_model(cfg) -> None:
     for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
         if getattr(text, name, None) is not None:
             check_positive_int(f"the config's {name}", getattr(text, name))
+    for name in ("head_dim", "intermediate_size", "moe_intermediate_size"):  # optional; some families use lists
+        value = getattr(text, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            raise LongctxError(f"The config's {name} is {value}; it must be a positive integer (fix config.json).")
     heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
     if heads and kv and heads % kv:
         raise LongctxError(f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "

@@ -1,0 +1,41 @@
+"""`longctx lab`: JupyterLab on the lessons, opened the way a learner should first see it: no pop-up asking
+about Jupyter news, no update check, the environment's own kernel (the one `make` installed) as default.
+
+The news and update settings go into a settings file of longctx's own under the environment's JupyterLab
+`settings/overrides.d/` (JupyterLab reads every file there, after its defaults and before the reader's own
+choices), so neither the user's overrides.json nor any setting they changed is touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+# @jupyterlab/apputils-extension:notification (JupyterLab 4): with fetchNews left at "none" the first start
+# asks "Would you like to get notified about official Jupyter news?"; "false" answers it as no
+SETTINGS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+SERVER_FLAGS = ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--MappingKernelManager.default_kernel_name=python3"]
+
+
+def settings_file(prefix: str | Path = sys.prefix) -> Path:
+    return Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "longctx.json"
+
+
+def write_settings(prefix: str | Path = sys.prefix) -> Path:
+    """The overrides above, in longctx's own file (written atomically; rewritten only when it differs)."""
+    path = settings_file(prefix)
+    text = json.dumps(SETTINGS, indent=2) + "\n"
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
+def command(root: str | Path, *extra: str) -> list[str]:
+    """The JupyterLab command line for the notebooks under `root`."""
+    return [sys.executable, "-m", "jupyterlab", *SERVER_FLAGS, f"--ServerApp.root_dir={Path(root).resolve()}",
+            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []), *extra]
