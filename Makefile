@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all lessons data test test-fast lab lab-smoke figures clean
+.PHONY: all lessons data test test-fast lab lab-smoke site site-check figures clean
 all: lessons
 
 $(STAMP): pyproject.toml
@@ -39,6 +39,17 @@ lab-smoke: data
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
 	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { echo "lab-smoke needs Chromium: apt-get install chromium"; exit 1; }
 	LONGCTX_LAB_SMOKE=1 LAB_SMOKE_SHOTS=build/lab-smoke $(BIN)/pytest -q tests/browser
+
+# A static site of the lessons as `make` ran them (build/site/cpu/index.html); nothing is executed.
+site: $(STAMP)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[site]'
+	$(BIN)/longctx site --size cpu
+
+# The site in a real browser: every page, image and figure rendered (needs Debian's chromium package).
+site-check: site
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
+	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { echo "site-check needs Chromium: apt-get install chromium"; exit 1; }
+	LONGCTX_SITE_CHECK=build/site/cpu SITE_SHOTS=build/site-check $(BIN)/pytest -q tests/browser/test_site.py
 
 figures: data
 	$(BIN)/longctx figures --size cpu

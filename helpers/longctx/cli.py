@@ -109,6 +109,13 @@ def _cmd_lab(args) -> None:
     os.execv(cmd[0], cmd)  # JupyterLab takes over this process (Ctrl-C stops it the way it always does)
 
 
+def _cmd_site(args) -> None:
+    from . import site
+
+    out = site.build(args.size, args.out, progress=not args.quiet)
+    print(f"site of the {args.size} run → {out / 'index.html'}")
+
+
 def _cmd_presets(args) -> None:
     from .models import PRESETS
 
@@ -264,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
     p.set_defaults(func=_cmd_list)
     sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)
+    p = sub.add_parser("site", help="a static HTML site of the executed lessons (nothing is run)")
+    p.add_argument("--size", default="cpu", help="the runs to publish: those `longctx run`/`make` made at this size")
+    p.add_argument("--out", default=None, help="folder (default build/site/<size>/); replaced whole on a rebuild")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_cmd_site)
     p = sub.add_parser("lab", help="JupyterLab on the lessons: no news pop-up, this environment's kernel")
     p.add_argument("folder", nargs="?", default=None, help="folder to open (default: the notebooks)")
     p.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="after --: options for JupyterLab itself")

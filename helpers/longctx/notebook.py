@@ -69,9 +69,14 @@ class Session:
         return values
 
     def save(self) -> Path:
+        from datetime import datetime, timezone
+
         payload = {
             "notebook": self.notebook, "params": self.params, "versions": versions(),
             "python": platform.python_version(), "seconds": time.time() - self.started, "results": self.results,
+            # the size the harness ran it at (opened in JupyterLab: "interactive", the cell's own values)
+            "size": os.environ.get("LONGCTX_SIZE") or "interactive",
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         path = self.out / "results.json"
         write_json_atomic(path, payload)

@@ -1,0 +1,56 @@
+"""The static site built from the `ci` runs: every page there, every link and image resolving (checked without a
+browser; `make site-check` opens the pages in Chromium), a lesson not executed shown with its command."""
+
+import json
+import re
+
+import pytest
+
+from longctx import LongctxError, harness, site
+
+
+
+@pytest.fixture(scope="module")
+def ci_runs(executed):
+    return {name: executed(name, "ci").executed for name in harness.notebooks()}
+
+
+def test_the_site_has_every_lesson_its_run_and_no_broken_link(ci_runs, tmp_path):
+    out = site.build("ci", tmp_path / "site", runs=ci_runs, progress=False)
+    assert site.broken_links(out) == []
+    for i, name in enumerate(harness.notebooks()):
+        page = (out / "lessons" / f"{name}.html").read_text()
+        results = json.loads((ci_runs[name].parent / "results.json").read_text())
+        assert results["size"] == "ci" and results["finished"] in page  # the run it shows, and when it finished
+        assert f"transformers {results['versions']['transformers']}" in page
+        assert f"../source/{name}.ipynb" in page and (out / "source" / f"{name}.ipynb").is_file()
+        assert ("Next:" if i < len(ci_runs) - 1 else "Last lesson") in page
+        assert "Traceback (most recent call last)" not in page
+    assert page.count("data:image/png;base64") >= 1  # figures embedded in the lesson pages
+
+
+def test_a_lesson_not_executed_is_shown_with_its_command_and_a_rebuild_replaces_the_site(ci_runs, tmp_path):
+    some = {k: v for k, v in ci_runs.items() if not k.startswith("04")}
+    out = site.build("ci", tmp_path / "site", runs=some, progress=False)
+    page = re.sub(r"<[^>]+>", "", (out / "lessons" / "04_context_parallelism.html").read_text())  # the text read
+    assert "Not executed at the ci size" in page and "longctx run 04 --size ci" in page
+    stale = out / "lessons" / "stale.html"
+    stale.write_text("from an older build")
+    site.build("ci", out, runs=ci_runs, progress=False)  # its own folder: replaced whole
+    assert not stale.exists() and "Not executed" not in (out / "lessons" / "04_context_parallelism.html").read_text()
+
+
+def test_the_site_never_replaces_a_folder_it_did_not_build(ci_runs, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(LongctxError, match="holds files `longctx site` did not write"):
+        site.build("ci", mine, runs=ci_runs, progress=False)
+    assert (mine / "notes.txt").read_text() == "mine"
+
+
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "a.html").write_text('<a href="b.html">b</a><img src="fig.png"><a href="https://example.org">x</a>'
+                                     '<a href="#top">top</a><link href="/assets/x.css">')
+    (tmp_path / "b.html").write_text("<p>b</p>")
+    assert site.broken_links(tmp_path) == ["a.html: fig.png", "a.html: /assets/x.css"]
