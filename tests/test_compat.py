@@ -110,6 +110,23 @@ def test_trl_fused_head_still_branches_on_the_device():
     assert "triton.cdiv" in backward and "if _use_triton(hidden.device)" in backward
     assert 'acc.device.type == "cuda"' in inspect.getsource(kernel._addmm_fp32)
     assert not kernel._use_triton(torch.device("cpu"))  # here: the torch fallback, with its fp32 temporaries
+    # gpu_dispatch's tile_range relies on the loops being plain `range` loops of the module
+    assert "for token_start in range(0, N, TOKEN_CHUNK_SIZE):" in forward and "in range(0, vocab, chunk_size):" in backward
+
+
+def test_the_head_traced_on_three_row_tiles_has_the_full_loops_memory(monkeypatch):
+    from longctx import compat
+    from longctx.memory.estimate import estimate
+
+    seq = 4 * 4096 + 512  # five row tiles: the middle two are left out
+    kwargs = dict(checkpointing=True, mixed_precision=False)
+    short = estimate("tiny-qwen-vocab", seq, **kwargs)
+    monkeypatch.setattr(compat, "tile_range", range)  # every iteration
+    full = estimate("tiny-qwen-vocab", seq, **kwargs)
+    assert short.peak_bytes == full.peak_bytes and short.max_by_category() == full.max_by_category()
+    assert len(short.timeline) < len(full.timeline)
+    monkeypatch.undo()
+    assert list(compat.tile_range(0, 20, 4)) == [0, 4, 16] and list(compat.tile_range(0, 10, 4)) == [0, 4, 8]
 
 
 def test_gpu_dispatch_swaps_the_head_and_attention_and_puts_them_back():

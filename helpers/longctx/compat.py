@@ -197,7 +197,12 @@ def gpu_dispatch(*, attention: bool = True):
     `acc.device.type == "cuda"`. On a CPU tensor both take the torch fallback: whole-tile fp32 temporaries
     and fp32 copies of both operands. Under this context the module's names are swapped for the GPU
     branch, with the Triton launches replaced by `gpu_kernels.TritonLaunch` (allocates nothing, as the
-    kernels do). Left as on the CPU: `trl.trainer.utils._use_triton`, which on a GPU makes the head score
+    kernels do). The module's tile loops (`for ... in range(...)` over row tiles of 4096 and over vocabulary
+    tiles) run their first two iterations and their last: every later iteration allocates and frees exactly
+    what the second does (its conversions replace the previous one's, the kernels write in place), so the
+    peak and each category's maximum are the full loop's, and a 1M-token head traces 3 row tiles, not 256
+    (`tile_range`; the CPU path keeps every iteration). Left as on the CPU: `trl.trainer.utils._use_triton`,
+    which on a GPU makes the head score
     only the labelled rows (`hidden_states[mask]`): fake tensors cannot size a boolean-mask index, and with
     every position labelled (the estimate's step) the rows it copies are the rows the CPU path views.
 
@@ -223,7 +228,8 @@ def gpu_dispatch(*, attention: bool = True):
              (kernel, "_forward_kernel", gpu_kernels.TritonLaunch()),
              (kernel, "_backward_kernel", gpu_kernels.TritonLaunch()),
              (kernel, "triton", types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))),
-             (kernel, "_addmm_fp32", addmm_fp32)]
+             (kernel, "_addmm_fp32", addmm_fp32),
+             (kernel, "range", tile_range)]  # a module global shadows the builtin for that module alone
     if attention:
         swaps.append((torch.nn.functional, "scaled_dot_product_attention",
                       gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)))
@@ -239,6 +245,12 @@ def gpu_dispatch(*, attention: bool = True):
                 delattr(owner, name)
             else:
                 setattr(owner, name, value)
+
+
+def tile_range(*args):
+    """`range` for TRL's tile loops under `gpu_dispatch`: the first two iterations and the last (see there)."""
+    full = range(*args)
+    return full if len(full) <= 3 else (full[0], full[1], full[-1])
 
 
 # the name the stand-in is registered under: transformers treats any name holding "flash" as the flash-attn
