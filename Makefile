@@ -49,7 +49,7 @@ site: $(STAMP)
 site-check: site
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'
 	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { echo "site-check needs Chromium: apt-get install chromium"; exit 1; }
-	LONGCTX_SITE_CHECK=build/site/cpu SITE_SHOTS=build/site-check $(BIN)/pytest -q tests/browser/test_site.py
+	LONGCTX_SITE_CHECK=build/site/cpu SITE_SHOTS=build/site-check $(BIN)/pytest -q tests/browser/test_site_browser.py
 
 figures: data
 	$(BIN)/longctx figures --size cpu

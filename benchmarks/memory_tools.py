@@ -11,9 +11,9 @@ import time
 
 import torch
 
+from longctx import models
 from longctx.memory.estimate import build_step, estimate
 from longctx.memory.measure import TimelineTracker
-from longctx import models
 
 
 def tracker_overhead(model="small", seq_len=2048, repeats=5) -> float:

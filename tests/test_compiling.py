@@ -56,3 +56,17 @@ def test_recompile_limit_is_raised_so_no_shape_falls_back_to_eager():
         for n in range(1, 13):  # more shapes than dynamo's default limit of 8
             fn(torch.ones(n))
     assert counter.count == 12
+
+
+def test_compile_structure_from_a_probe_and_its_refusal():
+    from longctx import compiling
+
+    def probe(shapes, step_compiles):
+        return compiling.CompiledRun(None, compiling.Census(shapes), shapes, compiling.CompileCounter(), 0.0,
+                                     step_compiles)
+
+    structure = compiling.compile_structure(probe([(4, 96), (4, 128)], [5, 2]))
+    assert (structure.per_shape, structure.once) == (2, 3)
+    assert structure.predict(compiling.Census([(4, 64), (4, 96), (4, 64)])) == 3 + 2 * 2
+    with pytest.raises(LongctxError, match="2 different batch shapes; it ran 2 steps on 1 shape"):
+        compiling.compile_structure(probe([(4, 96), (4, 96)], [5, 0]))

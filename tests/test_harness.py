@@ -279,9 +279,7 @@ def test_broken_inputs_end_in_a_message_not_a_traceback(tmp_path, monkeypatch, c
 def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     import json
 
-    from longctx import sweep
-
-    from longctx import outputs
+    from longctx import outputs, sweep
 
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, out=tmp_path)
     outputs.claim_folder(sw.out, "sweep")  # as sweep.run does, before the finished point below

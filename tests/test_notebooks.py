@@ -5,7 +5,7 @@ import re
 import nbformat
 import pytest
 
-from longctx import harness, rope
+from longctx import guide, harness, rope
 
 NOTEBOOKS = list(harness.notebooks())
 
@@ -63,10 +63,10 @@ def test_01_chunked_loss(ran):
     # the estimator reproduces the measured step
     assert res["estimate_over_measured"] == pytest.approx(1.0, abs=0.02)
     # Qwen3-4B, bf16, checkpointing, chunked, 98,304 tokens vs the guide's figures (GB in the guide, GiB here)
-    assert res["full_peak_96k_gib"] == pytest.approx(59.9, rel=0.05)
-    assert res["full_fixed_gib"] == pytest.approx(22, rel=0.05)
-    assert res["full_per_layer_saved_gib"] == pytest.approx(0.47, rel=0.02)
-    assert res["full_saved_layer_tensors"] == 36 and res["full_bands"] == 38  # 36 layers, + 2 after the last
+    for key, figure in (("full_peak_96k_gib", guide.QWEN3_4B_96K), ("full_fixed_gib", guide.QWEN3_4B_FIXED),
+                        ("full_per_layer_saved_gib", guide.QWEN3_4B_96K_BAND)):
+        assert res[key] == pytest.approx(figure.value, rel=figure.rel), f"{key}: {figure.what}"
+    assert res["full_saved_layer_tensors"] == 36 and res["full_bands"] == guide.QWEN3_4B_96K_BANDS.value  # 36 + 2
     assert res["full_plain_32k_gib"] > 80
 
 
@@ -81,8 +81,8 @@ def test_03_activation_offload(ran):
     assert res["cpu_resident_layer_inputs"] <= 4  # a few layers' inputs stay, not one per layer
     assert res["cpu_fwd_end_activations_offload_mib"] < res["cpu_fwd_end_activations_plain_mib"] / 4
     # Qwen3-4B at 96k vs the guide (59.9 / 48.8 GB, 38 bands)
-    assert res["full_peak_plain_gib"] == pytest.approx(59.9, rel=0.05)
-    assert res["full_peak_offload_gib"] == pytest.approx(48.8, rel=0.05)
+    assert res["full_peak_plain_gib"] == pytest.approx(guide.QWEN3_4B_96K.value, rel=guide.QWEN3_4B_96K.rel)
+    assert res["full_peak_offload_gib"] == pytest.approx(guide.QWEN3_4B_96K_OFFLOAD.value, rel=guide.QWEN3_4B_96K_OFFLOAD.rel)
     assert res["full_bands_plain"] == 38 and res["full_bands_offload_fwd_end"] <= 5
     assert res["full_host_gib"] == pytest.approx(res["full_host_formula_gib"], rel=1e-9)
     no_off, off = res["full_peaks_gib"]
@@ -123,9 +123,9 @@ def test_04_context_parallelism(ran):
 
 def test_06_one_million_tokens(ran):
     res = ran("06_one_million_tokens").results["results"]
-    assert round(res["naive_gib"]) == 288  # 36 × 1,048,576 × 4096 × 2 bytes
-    assert res["first_peak_gib"] == pytest.approx(56.0, rel=0.10)  # Qwen3-8B, CP8, the example's mixed precision
-    assert res["second_peak_gib"] == pytest.approx(63.6, rel=0.10)  # Qwen3-4B, CP4, bf16
+    assert res["naive_gib"] == pytest.approx(guide.NAIVE_8B_1M.value, rel=guide.NAIVE_8B_1M.rel)
+    for key, figure in (("first_peak_gib", guide.QWEN3_8B_1M_CP8), ("second_peak_gib", guide.QWEN3_4B_1M_CP4)):
+        assert res[key] == pytest.approx(figure.value, rel=figure.rel), f"{key}: {figure.what}"
     assert res["first_host_gib"] == pytest.approx(36 * 131072 * 4096 * 2 / 2**30, rel=1e-6)  # this rank's inputs
 
 

@@ -9,7 +9,6 @@ import pytest
 from longctx import LongctxError, harness, site
 
 
-
 @pytest.fixture(scope="module")
 def ci_runs(executed):
     return {name: executed(name, "ci").executed for name in harness.notebooks()}

@@ -8,15 +8,14 @@ On a CPU, torch.compile with dynamic shapes turned off behaves the same way and 
   recompile limit so that no shape silently falls back to eager (which would make the unpadded run
   look cheap), and gives each timed run a fresh inductor cache (a warm cache hides compile time);
 - `shape_census` reads a trainer's own dataloader and lists the batch shapes it will produce, so the
-  number of compiles is known before anything compiles: `predict_compiles` multiplies the shapes by
-  the graphs each shape costs (`compile_structure`, measured once on two probe shapes).
+  number of compiles is known before anything compiles: `CompileStructure.predict` multiplies the shapes
+  by the graphs each shape costs (`compile_structure`, measured once by a probe run on two shapes).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 import time
 from collections import Counter
@@ -76,18 +75,8 @@ class CompileCounter:
     def by_trigger(self) -> dict[str, int]:
         return dict(Counter(e.trigger for e in self.events))
 
-    def frames(self) -> dict[str, int]:
-        """How many times each compiled frame (code object) was compiled: 1 for shape-independent code,
-        once per shape for the model's graphs."""
-        return dict(Counter(f"{e.trigger}:{_frame(e.compile_id)}" for e in self.events))
-
     def summary(self) -> dict:
         return {"compiles": self.count, "compile_seconds": self.seconds, "by_trigger": self.by_trigger()}
-
-
-def _frame(compile_id: str) -> str:
-    m = re.match(r"\[?(\d+)/", compile_id)
-    return m.group(1) if m else compile_id
 
 
 @contextlib.contextmanager
@@ -209,10 +198,15 @@ class CompileStructure:
         return self.once + self.per_shape * len(census.distinct)
 
 
-def compile_structure(counter_first: CompileCounter, counter_second: CompileCounter) -> CompileStructure:
-    """From two probe steps on two different shapes: the second step's compiles are what any new shape
-    costs; what the first step compiled beyond that happens once."""
-    return CompileStructure(per_shape=counter_second.count, once=counter_first.count - counter_second.count)
+def compile_structure(probe: CompiledRun) -> CompileStructure:
+    """From a probe run of two steps on two different shapes: the second step's compiles are what any new
+    shape costs; what the first step compiled beyond that happens once."""
+    if len(probe.step_compiles) != 2 or len(probe.census.distinct) != 2:
+        raise LongctxError(f"The probe must run 2 steps on 2 different batch shapes; it ran {len(probe.step_compiles)} "
+                           f"steps on {len(probe.census.distinct)} shape(s). Change SEED (or MIN_LEN) so that its two "
+                           "batches differ in length.")
+    first, second = probe.step_compiles
+    return CompileStructure(per_shape=second, once=first - second)
 
 
 @dataclass

@@ -57,12 +57,6 @@ class Session:
     results: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
-    @property
-    def figures(self) -> Path:
-        path = self.out / "figures"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     def record(self, **values) -> dict:
         """Keep scalars (or small dicts/lists of them) for results.json; returns them for display."""
         self.results.update(_jsonable(values))

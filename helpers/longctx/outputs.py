@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import LongctxError
+from .memory.profile import MIB
 from .paths import user_path
 
 
@@ -159,7 +160,7 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
     path = Path(path)
     if exc.errno == errno.ENOSPC:
         where = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
-        free = shutil.disk_usage(where).free / 2**20
+        free = shutil.disk_usage(where).free / MIB
         return LongctxError(f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
                             "the output elsewhere (--out, LONGCTX_BUILD); nothing half-written was left in place.")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

@@ -9,11 +9,11 @@ The first step that fits is the cheapest combination. Every step is a fake-tenso
 from __future__ import annotations
 
 import math
-
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 from .errors import LongctxError
+from .memory.profile import GIB
 
 
 def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
@@ -78,7 +78,7 @@ def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precisi
 
 def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
     """The guide's "naive" per-GPU figure: one saved `seq × hidden` input per layer (checkpointing), on one GPU."""
-    return cfg.num_hidden_layers * seq_len * cfg.hidden_size * dtype_bytes / 2**30
+    return cfg.num_hidden_layers * seq_len * cfg.hidden_size * dtype_bytes / GIB
 
 
 def short_label(levers: list[str]) -> str:

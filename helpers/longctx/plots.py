@@ -12,7 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .memory.profile import CATEGORIES, GIB
+from .memory.profile import CATEGORIES, GIB, MIB
 
 STYLE = {
     "figure.figsize": (7.5, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True, "grid.alpha": 0.3,
@@ -77,7 +77,7 @@ def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("paramet
     width = 0.8 / len(names)
     x = np.arange(len(categories))
     for i, name in enumerate(names):
-        ax.bar(x + i * width, [rows[name].get(c, 0) / 2**20 for c in categories], width, label=name)
+        ax.bar(x + i * width, [rows[name].get(c, 0) / MIB for c in categories], width, label=name)
     ax.set_xticks(x + width * (len(names) - 1) / 2, categories)
     ax.set_ylabel("MiB")
     ax.legend()
@@ -128,7 +128,7 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
     ax.set_xlabel("operator index in one training step (forward | backward, shaded | optimizer, darker)")
-    ax.set_ylabel({GIB: "GiB", 2**20: "MiB"}.get(unit, "bytes"))
+    ax.set_ylabel({GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"))
     ax.set_xlim(0, len(profile.timeline) - 1)
     ax.legend(loc="upper left", fontsize=7)
     if title:

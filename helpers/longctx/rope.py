@@ -43,8 +43,9 @@ def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | Non
             params[key] = float(value)
     fast, slow = params.get("beta_fast", DEFAULT_BETA_FAST), params.get("beta_slow", DEFAULT_BETA_SLOW)
     if fast <= slow:
-        raise LongctxError(f"YaRN beta_fast ({fast:g}) must be above beta_slow ({slow:g}): pairs turning more than beta_fast times inside the "
-                           "trained range are left alone, those turning fewer than beta_slow times are interpolated.")
+        raise LongctxError(f"YaRN beta_fast ({fast:g}) must be above beta_slow ({slow:g}): pairs turning more than beta_fast "
+                           "times inside the trained range are left alone, those turning fewer than beta_slow times are "
+                           "interpolated.")
     return params
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from . import children, outputs
 from .errors import LongctxError, check_choice
+from .memory.profile import MIB
 from .paths import REPO, build_dir, user_path
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
@@ -166,7 +167,7 @@ def _fingerprint(path: Path) -> str:
     for f in files:
         stat = f.stat()
         digest.update(f"{f.relative_to(path) if f != path else f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-        if stat.st_size < 8 * 2**20:
+        if stat.st_size < 8 * MIB:
             digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -116,11 +116,6 @@ class TrainResult:
         later = self.step_seconds[1:]
         return sum(later) / len(later) if later else None
 
-    def summary(self) -> dict:
-        d = asdict(self)
-        d.pop("config")
-        return d
-
 
 def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,
                  callbacks=None):

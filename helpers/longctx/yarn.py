@@ -45,10 +45,8 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
     """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`. A
     folder that already holds a model (the committed data/yarn-base by default) is refused before
     training unless `force`, and then only the model's own files are replaced."""
-    from . import data, models
+    from . import data, models, outputs
     from .train import TrainConfig, run_sft
-
-    from . import outputs
 
     _check_pretrain_args(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
                          learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)

@@ -15,7 +15,6 @@ from ..errors import LongctxError, check_choice
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "nf4": 0.5}
 METHODS = ("full", "lora", "qlora")
 GB = 1e9  # the primer quotes decimal gigabytes
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,3 @@ def training_budget(
     return Budget(method, n_params * BYTES[weight_dtype] + trainable_params * a, trainable_params * a,
                   trainable_params * 2 * BYTES[state_dtype] + step_bytes)
 
-
-def lora_params(hidden_sizes: list[tuple[int, int]], rank: int) -> int:
-    """Adapter size: each adapted (in, out) matrix gains rank × (in + out) weights."""
-    return sum(rank * (i + o) for i, o in hidden_sizes)

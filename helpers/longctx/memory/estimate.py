@@ -16,11 +16,10 @@ import time
 import torch
 
 from ..errors import LongctxError, check_choice
+from ..models import DTYPE_NAMES, torch_dtype
 from ..train import LOSSES
 from .measure import TimelineTracker
 from .profile import CATEGORIES, GIB, MemoryProfile
-
-from ..models import DTYPE_NAMES, torch_dtype
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~30 s to estimate)
@@ -37,8 +36,7 @@ def check_model(cfg) -> None:
     """Refuse, before building anything, a config the estimate cannot stand for: not a decoder-only
     language model (an encoder such as BERT, an encoder-decoder such as T5), or sizes that are not
     positive integers."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     from ..data import check_positive_int
 

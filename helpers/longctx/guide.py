@@ -1,0 +1,38 @@
+"""The guide's numbers, in one place. "The guide" is the TRL documentation page "Training Beyond 1M Tokens"
+(huggingface.co/docs/trl/en/long_context_training) with TRL's example `examples/sft_qwen3_8b_1m_context`;
+its memory figures are peaks measured on 80 GB GPUs, printed in GB. The notebooks print them beside their own
+numbers, `benchmarks/guide_cases.py` tabulates them, and the tests hold the estimates to them within `rel`,
+each tolerance with its reason. Estimates here are GiB (2**30 bytes); the guide's "GB" is read as the same
+unit, since the tools that report GPU memory (nvidia-smi, torch.cuda) print GiB under that name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_TRACED = ("the estimate traces the same training step on fake tensors; what it leaves out (the CUDA context, "
+           "allocator rounding, NCCL buffers) is a few percent of a card")
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    what: str
+    rel: float | None = None  # how close longctx's number is held to it in the tests; None: shown, not tested
+    why: str = ""  # the reason for that tolerance
+
+
+QWEN3_4B_FIXED = Figure(22, "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)", 0.05,
+                        "parameter count × bytes per parameter; the guide rounds it")
+QWEN3_4B_96K = Figure(59.9, "Qwen3-4B, 98,304 tokens, chunked loss + checkpointing, one GPU: peak (GB)", 0.05, _TRACED)
+QWEN3_4B_96K_OFFLOAD = Figure(48.8, "the same step with the checkpointed layer inputs offloaded (GB)", 0.05, _TRACED)
+QWEN3_4B_96K_BANDS = Figure(38, "bands of one saved 98,304 × 2560 input in that step's profile (36 layers + 2)")
+QWEN3_4B_96K_BAND = Figure(0.47, "one such band: 98,304 × 2560 × 2 bytes (GB)", 0.02, "arithmetic; the guide rounds it")
+PLAIN_OOM = Figure(32768, "Qwen3-4B with the plain loss: out of memory on 80 GB near this length (tokens)")
+REACH_CHUNKED = Figure(163840, "Qwen3-4B, chunked loss + checkpointing: the longest that fits 80 GB, ~160k (tokens)")
+REACH_OFFLOAD = Figure(262144, "... with activation offload: 256k (tokens)")
+QWEN3_4B_1M_CP4 = Figure(63.6, "Qwen3-4B, 1,048,576 tokens, offload, context parallel over 4 GPUs: per-GPU peak (GB)",
+                         0.10, _TRACED + "; under CP also the ring's communication buffers, which vary by backend")
+QWEN3_8B_1M_CP8 = Figure(56.0, "Qwen3-8B, 1,048,576 tokens, offload, CP over 8 GPUs, the example's mixed precision: "
+                         "per-GPU peak (GB)", 0.10, _TRACED + "; under CP also the ring's communication buffers")
+NAIVE_8B_1M = Figure(288, "Qwen3-8B, 1,048,576 tokens: one saved input per layer on one GPU, 36 × 1M × 4096 × 2 bytes "
+                     "(GB, the guide's naive count)", 0.01, "arithmetic")
