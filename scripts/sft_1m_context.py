@@ -25,7 +25,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from longctx import data, models, rope
-    from longctx.cli import parse_length
+    from longctx.lengths import parse_length
     from longctx.train import TrainConfig, run_sft
 
     ap = argparse.ArgumentParser()

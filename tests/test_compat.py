@@ -199,3 +199,30 @@ def test_cuda_sdpa_picks_flash_without_a_mask_and_the_efficient_kernel_with_one(
         assert "EfficientAttention" in type(sdpa(q, q, q, attn_mask=mask).grad_fn).__name__
         # fp32: no flash kernel on a GPU either; the call is left to the original (here the CPU's kernel)
         assert type(sdpa(q.float(), q.float(), q.float()).grad_fn).__name__ != "FlashAttentionBackward"
+
+
+def test_what_the_lessons_say_about_the_installed_libraries_still_holds():
+    """Statements in the notebooks' prose about trl 1.16 / transformers 5.24 / torch 2.13, checked against the
+    installed sources: when one fails, the notebook named in the message needs its text updated."""
+    import dataclasses
+    import inspect
+
+    from torch.autograd.graph import save_on_cpu
+    from transformers import TrainingArguments
+    from trl import SFTConfig
+    from trl.kernels import chunked_logprob
+    from trl.models.activation_offloading import OffloadActivations
+
+    # 01: the fused head is the default loss and tiles 4096 rows on every device; chunked_nll is an alias
+    assert SFTConfig.__dataclass_fields__["loss_type"].default == "nll"
+    assert chunked_logprob.TOKEN_CHUNK_SIZE == 4096
+    assert '"chunked_nll"`: deprecated alias of `"nll"`' in SFTConfig.__doc__
+    # 03: the guide's gradient_checkpointing_kwargs is a deprecated alias; save_on_cpu copies on the current
+    # stream; TRL's own activation_offloading uses a second stream
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert {"activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"} <= fields
+    assert "`gradient_checkpointing*` are deprecated aliases" in inspect.getsource(TrainingArguments.__post_init__)
+    source = inspect.getsource(save_on_cpu)
+    assert "non_blocking" in source and "Stream" not in source
+    assert "activation_offloading" in {f.name for f in dataclasses.fields(SFTConfig)}
+    assert "self.s1 = self.device_module.Stream()" in inspect.getsource(OffloadActivations.__init__)

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from longctx import LongctxError
-from longctx.cli import main, parse_length
+from longctx.cli import main
+from longctx.lengths import parse_length
 from longctx.memory.estimate import estimate
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 
 from .errors import LongctxError
+from .lengths import parse_length
 
 
 def _cmd_run(args) -> None:
@@ -121,20 +122,6 @@ def _cmd_presets(args) -> None:
 
     for p in PRESETS.values():
         print(f"{p.name:16s} {p.description}" + (f"  (weights: {p.hub_id})" if p.hub_id else ""))
-
-
-def parse_length(text: str) -> int:
-    """'98304', '96k' (×1024) or '1M' (×1,048,576) → tokens."""
-    text = text.strip()
-    scale = {"k": 1024, "m": 1024**2}.get(text[-1:].lower(), 1)
-    digits = text[:-1] if scale > 1 else text
-    try:
-        value = int(digits) * scale
-    except ValueError:
-        raise LongctxError(f"Sequence length {text!r} is not a positive integer (e.g. 98304, 96k or 1M).") from None
-    if value <= 0:
-        raise LongctxError(f"Sequence length must be positive, got {text!r}.")
-    return value
 
 
 def _cmd_estimate(args) -> None:

@@ -19,13 +19,14 @@ from . import quiet, versions
 from .paths import build_dir
 
 
-def _jsonable(value):
+def jsonable(value):
+    """`value` with numpy scalars and arrays, tuples and paths turned into what JSON holds."""
     import numpy as np
 
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
@@ -39,7 +40,7 @@ def write_json_atomic(path: Path, payload: dict) -> None:
     """Write to a temporary file and rename: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(_jsonable(payload), indent=2, sort_keys=True))
+        tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True))
         os.replace(tmp, path)
     except OSError as exc:
         from .outputs import write_error
@@ -59,7 +60,7 @@ class Session:
 
     def record(self, **values) -> dict:
         """Keep scalars (or small dicts/lists of them) for results.json; returns them for display."""
-        self.results.update(_jsonable(values))
+        self.results.update(jsonable(values))
         return values
 
     def save(self) -> Path:

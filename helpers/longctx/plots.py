@@ -6,6 +6,7 @@ None) and returns the axes, so a notebook can compose panels.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -25,15 +26,34 @@ COLORS = {
     "train": "#4C72B0", "eval": "#DD8452", "plain": "#C44E52", "chunked": "#4C72B0",
     "checkpointing": "#4C72B0", "offload": "#55A868", "yarn": "#55A868",
 }
-plt.rcParams.update(STYLE)
 
 
-def _axes(ax):
+def styled(draw):
+    """A plotting function drawn (and a figure saved) under STYLE: importing this module changes no global
+    matplotlib setting, and a reader's own rcParams apply outside these calls."""
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        with plt.rc_context(STYLE):
+            return draw(*args, **kwargs)
+
+    return wrapper
+
+
+def axes(ax=None):
+    """`ax`, or the axes of a new figure in the lessons' style."""
     if ax is None:
-        _, ax = plt.subplots()
+        with plt.rc_context(STYLE):
+            _, ax = plt.subplots()
     return ax
 
 
+def panels(ncols: int, figsize: tuple[float, float]):
+    """A figure of `ncols` axes side by side, in the lessons' style: (figure, axes)."""
+    with plt.rc_context(STYLE):
+        return plt.subplots(1, ncols, figsize=figsize)
+
+
+@styled
 def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
     """Write `name`.png and `name`.svg (no timestamps, so identical inputs give identical files)."""
     folder = Path(folder or os.environ.get("LONGCTX_FIGURES") or "figures")
@@ -53,9 +73,10 @@ def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
     return paths
 
 
+@styled
 def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
     """Stacked bars of weights / gradients / optimizer per method (values already in `unit`)."""
-    ax = _axes(ax)
+    ax = axes(ax)
     names = list(budgets)
     bottom = np.zeros(len(names))
     for part, color in (("weights", COLORS["parameters"]), ("gradients", COLORS["gradients"]),
@@ -70,9 +91,10 @@ def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
     return ax
 
 
+@styled
 def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("parameters", "gradients", "optimizer")):
     """Grouped bars comparing byte counts per category (e.g. calculated vs measured), in MiB."""
-    ax = _axes(ax)
+    ax = axes(ax)
     names = list(rows)
     width = 0.8 / len(names)
     x = np.arange(len(categories))
@@ -84,13 +106,14 @@ def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("paramet
     return ax
 
 
+@styled
 def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None, capacity: float | None = None):
     """A step's live memory over time as stacked categories, phases shaded, the peak marked.
 
     Where the profile counts decoder layers' saved inputs (`bands`), each one is drawn as its own thin
     band inside the activations, as in the guide's figures: they stack up through the forward pass and
     drain through the backward pass."""
-    ax = _axes(ax)
+    ax = axes(ax)
     rows = _peak_preserving_rows(profile.timeline.sum(axis=1))
     timeline, bands = profile.timeline[rows], profile.bands[rows] if profile.bands is not None else None
     t = rows
@@ -144,11 +167,12 @@ def _peak_preserving_rows(totals: np.ndarray, points: int = 3000) -> np.ndarray:
     return np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a])
 
 
+@styled
 def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, capacity: float | None = None,
                    unit_label: str = "GiB", guide: dict[str, float] | None = None):
     """Peak memory against sequence length, one line per run; an optional device-capacity line and
     the guide's reach marks."""
-    ax = _axes(ax)
+    ax = axes(ax)
     for name, (lengths, peaks) in series.items():
         ax.plot(lengths, peaks, "o-", ms=3, label=name, color=COLORS.get(name.split()[0]))
     if capacity:
@@ -162,9 +186,10 @@ def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, ca
     return ax
 
 
+@styled
 def loss_curves(result, ax=None, mark_best: bool = True):
     """Training and validation loss against step; the validation minimum marked."""
-    ax = _axes(ax)
+    ax = axes(ax)
     ax.plot(result.steps, result.losses, color=COLORS["train"], label="train loss", lw=1)
     if result.eval_steps:
         ax.plot(result.eval_steps, result.eval_losses, "o-", color=COLORS["eval"], label="validation loss", ms=3)
@@ -178,9 +203,10 @@ def loss_curves(result, ax=None, mark_best: bool = True):
     return ax
 
 
+@styled
 def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{:g}", color: str | None = None):
     """One bar per entry, its value written on top."""
-    ax = _axes(ax)
+    ax = axes(ax)
     names = list(values)
     ax.bar(names, [values[n] for n in names], color=color or COLORS["parameters"])
     for i, n in enumerate(names):
@@ -189,13 +215,14 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{
     return ax
 
 
+@styled
 def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, unigram: float | None = None,
                         window: int = 32, title: str | None = None):
     """Per-token loss against position, one faint raw line and one smoothed line per curve, the end of
     the trained range marked, and the unigram entropy as a reference level."""
     from .yarn import smooth
 
-    ax = _axes(ax)
+    ax = axes(ax)
     for name, curve in curves.items():
         positions = np.arange(1, len(curve) + 1)
         color = COLORS.get(name)
@@ -212,11 +239,12 @@ def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, un
     return ax
 
 
+@styled
 def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: int = 32, label: str = "difference"):
     """A paired per-position difference (smoothed) around zero, the trained range marked."""
     from .yarn import smooth
 
-    ax = _axes(ax)
+    ax = axes(ax)
     ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)
     ax.axhline(0, color="grey", lw=0.8)
     _trained_mark(ax, trained)
@@ -225,11 +253,12 @@ def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: i
     return ax
 
 
+@styled
 def yarn_pairs(rows: dict[str, tuple[np.ndarray, np.ndarray, float]], ax=None, title: str | None = None):
     """How YaRN treats each rotary pair: for each row `name: (turns, scaling, factor)`, the share of the pair's
     own frequency kept (1 = left alone, 0 = divided by the full factor) against the turns the pair makes
     inside the trained range (log scale)."""
-    ax = _axes(ax)
+    ax = axes(ax)
     for name, (turns, scaling, factor) in rows.items():
         kept = (scaling - 1 / factor) / (1 - 1 / factor)
         ax.plot(turns, kept, marker="o", ms=3, lw=1.2, label=name)

@@ -424,7 +424,7 @@ def table(sweep: Sweep) -> list[dict]:
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
-    from .notebook import _jsonable
+    from .notebook import jsonable
 
     rows = table(sweep)
     columns = list(dict.fromkeys(k for row in rows for k in row))
@@ -434,7 +434,7 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: json.dumps(_jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+            writer.writerow({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in row.items()})
     os.replace(tmp, path)
     if metric:
         plot_metric(sweep, rows, metric)
@@ -450,7 +450,7 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
         known = sorted({k for r in rows for k in r if k not in sweep.grid})
         raise LongctxError(f"No point reported {metric!r}. Metrics available: {', '.join(known) or '(none yet)'}.")
     first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
-    ax = plots._axes(ax)
+    ax = plots.axes(ax)
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in others), []).append(r)

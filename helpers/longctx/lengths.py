@@ -1,0 +1,19 @@
+"""Sequence lengths as people write them: 98304, 96k, 1M."""
+
+from __future__ import annotations
+
+from .errors import LongctxError
+
+
+def parse_length(text: str) -> int:
+    """'98304', '96k' (×1024) or '1M' (×1,048,576) → tokens."""
+    text = text.strip()
+    scale = {"k": 1024, "m": 1024**2}.get(text[-1:].lower(), 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        value = int(digits) * scale
+    except ValueError:
+        raise LongctxError(f"Sequence length {text!r} is not a positive integer (e.g. 98304, 96k or 1M).") from None
+    if value <= 0:
+        raise LongctxError(f"Sequence length must be positive, got {text!r}.")
+    return value
