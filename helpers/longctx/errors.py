@@ -2,7 +2,10 @@
 
 
 class LongctxError(ValueError):
-    """Bad input, raised before any expensive work starts; the message names the fix."""
+    """A failure the user can act on, its message naming the fix: bad input, refused before any expensive work
+    starts wherever the cause can be known then; or a run's outcome found wrong afterwards (a notebook that
+    wrote no results, a site with a broken link). Parameters are named by their CLI flag and their Python
+    name where the two differ ("gpus (--gpus)"), since notebooks and the CLI share the checks."""
 
 
 def check_choice(what: str, value, choices) -> None:

@@ -37,10 +37,10 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
     check_positive_int("gpus", gpus)
     if gpus & (gpus - 1):
         lower = 1 << (gpus.bit_length() - 1)
-        raise LongctxError(f"--gpus {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
+        raise LongctxError(f"gpus (--gpus) {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
                            f"it models); use --gpus {lower} (or {lower * 2}).")
     if not (isinstance(gpu_memory_gib, (int, float)) and math.isfinite(gpu_memory_gib) and gpu_memory_gib > 0):
-        raise LongctxError(f"--gpu-memory must be a positive number of GiB, got {gpu_memory_gib!r}.")
+        raise LongctxError(f"gpu_memory_gib (--gpu-memory) must be a positive number of GiB, got {gpu_memory_gib!r}.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
 

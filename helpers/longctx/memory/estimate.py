@@ -78,8 +78,9 @@ def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool,
         raise LongctxError("FlashAttention-2 runs on CUDA GPUs in bf16/fp16 only: estimate it with device='cuda' "
                            "(--device cuda) and dtype bf16, or pick attn_implementation='sdpa'.")
     if offload and not checkpointing:
-        raise LongctxError("Activation offload moves the tensors that checkpointing saves; it needs "
-                           "gradient checkpointing on (drop --no-checkpointing, or drop --offload).")
+        raise LongctxError("Activation offload moves the tensors that checkpointing saves; it needs gradient "
+                           "checkpointing on (checkpointing=True: drop --no-checkpointing; or offload=False: drop "
+                           "--offload).")
 
 
 def _to_host(t):
@@ -127,7 +128,7 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     if checkpointing:
         if not net.supports_gradient_checkpointing:
             raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
-                               "estimate without it (--no-checkpointing).")
+                               "estimate without it (checkpointing=False, --no-checkpointing).")
         if offload:  # transformers' save_on_cpu-around-checkpoint, with `meta` as the host
             from ..offload import install
 
