@@ -104,7 +104,11 @@ def _cmd_lab(args) -> None:
     root = user_path(args.folder, "The folder") if args.folder else notebooks_dir()
     if not root.is_dir():
         raise LongctxError(f"{root} is not a folder; give the folder of notebooks to open.")
-    lab.write_settings()
+    try:
+        lab.write_settings()
+    except OSError as exc:  # an environment this user cannot write to: JupyterLab still starts, with its defaults
+        print(f"longctx: note: could not write {lab.settings_file()} ({exc.strerror}); JupyterLab may ask about "
+              "its news feed once.", file=sys.stderr)
     extra = args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args
     cmd = lab.command(root, *extra)
     os.execv(cmd[0], cmd)  # JupyterLab takes over this process (Ctrl-C stops it the way it always does)
