@@ -231,3 +231,10 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
     data.tokenizer()
     listed = json.loads((data_copy / "manifest.json").read_text())
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
+
+
+def test_verify_names_a_readme_that_would_remap_the_parquet_splits(data_copy):
+    folder = data.export_parquet()
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                      "    path: data/test-*.parquet\n---\n")
+    assert f"{data.PARQUET_DIR}/README.md: not written by longctx (remove it)" in data.verify()

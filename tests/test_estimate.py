@@ -112,6 +112,22 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
         broken = models.config("tiny", **{name: value})
         with pytest.raises(LongctxError, match=f"{name} is {value}; it must be a positive integer"):
             estimate(broken, 128)
+    from transformers import Qwen3MoeConfig
+
+    moe = Qwen3MoeConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=64, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=8,
+                         vocab_size=256)
+    with pytest.raises(LongctxError, match="routes each token to 8 of 4 experts"):
+        estimate(moe, 128)
+    from transformers import MistralConfig
+
+    with pytest.raises(LongctxError, match="sliding_window is -1"):
+        estimate(MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                               intermediate_size=64, vocab_size=256, sliding_window=-1), 128)
+    for overrides, fragment in (({"hidden_act": "nope"}, "transformers cannot build a qwen3 model from this config"),
+                                ({"vocab_size": 10**9}, "vocab_size is 1,000,000,000, over the 2,097,152")):
+        with pytest.raises(LongctxError, match=fragment):
+            estimate(models.config("tiny", **overrides), 128)
 
 
 def _optimizer_peak(profile) -> int:

@@ -421,6 +421,13 @@ def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
     (["run", "00", "--size", "ci", "-p", "SEQ_LEN=" + "9" * 5000], "5000 digits"),
     (["pretrain", "--seq-len", "1", "--out", "/tmp/never-made"], "--seq-len must be an integer ≥ 2"),
     (["estimate", "--model", "a" * 97 + "/b", "--seq-len", "1k"], "Unknown model preset"),
+    (["run", "00", "--size", "ci", "--out", "   "], "--out is empty"),
+    (["pretrain", "--out", "/tmp/" + "p" * 250, "--steps", "1"], "at most 191 bytes a name"),  # room for temporaries
+    (["run", "00", "--size", "ci", "-p", "SEED=4294967296"], "SEED=4294967296 must be a whole number from 0 to"),
+    (["pretrain", "--seed", "4294967296", "--out", "/tmp/never-made"], "--seed must be below 4,294,967,296"),
+    (["run", "00", "--size", "ci", "-p", "SEED=1", "-p", "SEED=2"], "SEED is given twice"),
+    (["run", "/any/dir/00_memory_primer", "--size", "ci"], "is a path but not a notebook file"),
+    (["estimate", "--model", "qwen3-0.6b", "--seq-len", "9" * 5000], "characters\\)' is not a positive integer"),
 ])
 def test_names_and_numbers_no_file_system_can_take_are_refused_plainly(argv, fragment, capsys):
     from longctx.cli import main
@@ -440,3 +447,24 @@ def test_notebook_02_without_its_base_model_is_refused_before_a_kernel(tmp_path,
     with pytest.raises(LongctxError, match="No pretrained base model"):
         harness.run("02", "ci", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_loop_of_links_and_a_home_that_does_not_exist_are_refused_plainly(tmp_path, monkeypatch, capsys):
+    from longctx.cli import main
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    assert main(["run", "00", "--size", "ci", "--out", str(tmp_path / "a")]) == 2
+    assert "a loop of symbolic links" in capsys.readouterr().err
+    monkeypatch.setenv("LONGCTX_BUILD", "~no-such-user-here/build")
+    assert main(["run", "00", "--size", "ci"]) == 2
+    assert "LONGCTX_BUILD '~no-such-user-here/build' starts with" in capsys.readouterr().err
+
+
+def test_names_the_library_gives_a_meaning_are_not_read_as_local_folders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("tiny", "base", "corpus"):
+        (tmp_path / name).mkdir()
+        assert harness._absolute(name) == name
+    (tmp_path / "my-model").mkdir()
+    assert harness._absolute("my-model") == str(tmp_path / "my-model")

@@ -3,7 +3,7 @@ import json
 import pytest
 from transformers import LlamaConfig, MistralConfig
 
-from longctx import LongctxError, plan
+from longctx import LongctxError, models, plan
 from longctx.cli import main
 from longctx.memory.estimate import estimate
 
@@ -69,3 +69,16 @@ def test_cp_halves_the_per_rank_activations():
 def test_bad_cp_estimates(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         estimate("tiny", 1024, **kwargs)
+
+
+def test_a_model_the_estimator_refuses_is_refused_before_any_worker_starts(tmp_path):
+    import json
+
+    from transformers import BertConfig
+
+    bert = tmp_path / "config.json"
+    bert.write_text(json.dumps(BertConfig().to_dict()))
+    with pytest.raises(LongctxError, match="not a decoder-only language model"):
+        plan.check(models.config(str(bert)), 4096, 1, 80.0)
+    with pytest.raises(LongctxError, match="longctx estimates up to"):
+        plan.check(models.config("qwen3-4b"), 10**9, 1, 80.0)

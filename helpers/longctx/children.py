@@ -49,3 +49,40 @@ def stop_tree(proc) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
     proc.wait()
+
+
+def _pool_worker() -> None:
+    stop_with_parent()  # a worker ends when the process that started it does (and its children with it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops the workers itself
+
+
+def pool_map(fn, calls: list, workers: int, bar=None) -> list:
+    """`fn(call)` for each call on `workers` spawned processes, the results in the order of `calls`. Interrupted
+    (Ctrl-C) or failing, the calls not started are cancelled and the workers killed with everything below them,
+    so it returns at once instead of waiting for the running calls."""
+    import contextlib
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker)
+    try:
+        futures = {pool.submit(fn, call): i for i, call in enumerate(calls)}
+        results: list = [None] * len(calls)
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if bar is not None:
+                bar.update()
+    except BaseException:
+        pids = list(getattr(pool, "_processes", None) or {})  # the pool's worker PIDs (CPython's attribute)
+        with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the pool's pipes to killed workers fail quietly
+        for pid in [q for w in pids for q in descendants(w)] + pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        pool.shutdown(wait=True, cancel_futures=True)  # returns at once: the pool sees its workers gone
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    pool.shutdown()
+    return results

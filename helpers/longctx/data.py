@@ -319,8 +319,10 @@ def _parquet_problems() -> list[str]:
     folder = root / "data"
     if not folder.is_dir():
         return [f"{PARQUET_DIR}/data: missing or not a folder (`longctx data` writes it)"]
-    problems = [f"{PARQUET_DIR}/data: no {split}-*.parquet" for split in ("train", "test")
-                if not list(folder.glob(f"{split}-*.parquet"))]
+    # datasets reads a README.md's `configs` (which files make which split) and loader scripts beside data/
+    problems = _extra_files(root, {"data"}, f"{PARQUET_DIR}/")
+    problems += [f"{PARQUET_DIR}/data: no {split}-*.parquet" for split in ("train", "test")
+                 if not list(folder.glob(f"{split}-*.parquet"))]
     for f in sorted(folder.glob("*.parquet")):
         if not f.is_file():
             problems.append(f"{PARQUET_DIR}/data/{f.name}: not a regular file")

@@ -50,6 +50,9 @@ def resolve(name: str) -> Path:
         if not given.is_file():
             raise LongctxError(f"No notebook at {given}.")
         return given.resolve()
+    if len(given.parts) > 1:  # a path without the suffix: not a repository notebook's name
+        raise LongctxError(f"{name} is a path but not a notebook file: give the file itself ({name}.ipynb), or a "
+                           "notebook's name (01, chunked_loss, 01_chunked_loss).")
     found = notebooks()
     stem = Path(name).stem
     if stem in found:
@@ -128,6 +131,8 @@ def parse_overrides(pairs: list[str]) -> dict:
             raise LongctxError(f"Parameter override {pair!r} has no name before '='.")
         if not raw.strip():
             raise LongctxError(f"Parameter override {pair!r} has no value after '=' (quote an empty string: {key}='').")
+        if key.strip() in out:
+            raise LongctxError(f"{key.strip()} is given twice with -p; keep one.")
         out[key.strip()] = parse_value(raw)
     return out
 
@@ -201,10 +206,15 @@ PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kern
 
 
 def _absolute(value):
-    """A relative path that exists here, made absolute: the kernel runs in the output folder."""
-    if isinstance(value, str) and not Path(value).is_absolute() and user_path(value).exists():
-        return str(user_path(value).resolve())
-    return value
+    """A relative path that exists here, made absolute: the kernel runs in the output folder. Names the
+    library gives a meaning (a preset, "base", the corpus) keep it, whatever the current folder holds."""
+    from .data import CORPUS
+    from .models import PRESETS
+
+    if not isinstance(value, str) or value in PRESETS or value in ("base", CORPUS) or Path(value).is_absolute():
+        return value
+    path = user_path(value, "The path", resolve=True)
+    return str(path) if path.exists() else value
 
 
 def check_parameters(notebook: Path, values: dict, size: str | None = None) -> None:
@@ -266,7 +276,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     from .data import require_corpus
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
-    target = user_path(out or build_dir() / notebook.stem, "--out").resolve()
+    target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=outputs.OUT_ROOM)
     default = (build_dir() / notebook.stem).resolve()
     if target == default and target.exists():  # build/<notebook>/ from before folders were claimed: ours only
         known = {"results.json", notebook.name, "figures", "run", "runs", "ft", "timed", "interactive"}

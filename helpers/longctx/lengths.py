@@ -13,7 +13,8 @@ def parse_length(text: str) -> int:
     try:
         value = int(digits) * scale
     except ValueError:
-        raise LongctxError(f"Sequence length {text!r} is not a positive integer (e.g. 98304, 96k or 1M).") from None
+        shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
+        raise LongctxError(f"Sequence length {shown!r} is not a positive integer (e.g. 98304, 96k or 1M).") from None
     if value <= 0:
         raise LongctxError(f"Sequence length must be positive, got {text!r}.")
     return value

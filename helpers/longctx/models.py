@@ -137,7 +137,8 @@ def config(spec: str, **overrides):
         try:
             return AutoConfig.from_pretrained(source, **overrides)
         except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
-            raise LongctxError(f"Cannot read a model config from {spec}: {str(exc).splitlines()[0]}") from None
+            raise LongctxError(f"Cannot read a model config from {spec}: {type(exc).__name__}: "
+                               f"{' '.join(str(exc).split())[:300]}") from None
     preset(spec)  # raises with the list of presets
 
 

@@ -15,6 +15,9 @@ from .errors import LongctxError
 from .memory.profile import MIB
 from .paths import user_path
 
+# bytes kept free in an output folder's name: the temporary siblings add ".", ".tmp-" and a host/PID suffix
+OUT_ROOM = 64
+
 
 def _ledger(out: Path, command: str) -> Path:
     return out / f".longctx-{command}.json"
@@ -56,7 +59,7 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
     files are kept beside the command's, and a name of `writes` already held by a file the command did not
     write is still refused — unless `replace_own=False`, where `force` is the explicit ask to replace
     those files (a model folder)."""
-    out = user_path(out, "--out").resolve()
+    out = user_path(out, "--out", resolve=True, room=OUT_ROOM)
     _writable(out)
     ledger = _ledger(out, command)
     present = sorted(p.name for p in out.iterdir() if p.name != ledger.name) if out.exists() else []
@@ -84,10 +87,10 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     """A whole folder for a command that writes what it likes inside (a notebook run, a sweep): new, empty,
     the command's default, or one it claimed before; anything else is refused. With `write`, claims it
     (a marker file) and creates it."""
-    out = user_path(out, "--out").resolve()
+    out = user_path(out, "--out", resolve=True, room=OUT_ROOM)
     _writable(out)
     marker = _ledger(out, command)
-    mine = default is not None and out == user_path(default).resolve()  # callers check its contents
+    mine = default is not None and out == user_path(default, resolve=True)  # callers check its contents
     if marker.exists() or marker.is_symlink():
         _check_marker(marker, out)
     if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:

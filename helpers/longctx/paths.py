@@ -12,7 +12,7 @@ def _folder(variable: str, default: Path) -> Path:
     """The folder an environment variable names (an empty one counts as unset), created if missing."""
     from .errors import LongctxError
 
-    path = Path(os.environ.get(variable) or default).expanduser()
+    path = user_path(os.environ.get(variable) or default, variable)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -21,21 +21,32 @@ def _folder(variable: str, default: Path) -> Path:
     return path
 
 
-def user_path(text, what: str = "The path") -> Path:
-    """A path or name as the user typed it, `~` expanded, refused with the fix when it cannot name a file
-    here (no such user for `~name`, a name over the file system's 255 bytes, a path over 4095)."""
+def user_path(text, what: str = "The path", *, resolve: bool = False, room: int = 0) -> Path:
+    """A path or name as the user typed it, `~` expanded (and with `resolve`, made absolute through its
+    links), refused with the fix when it cannot name a file here: no such user for `~name`, a name over the
+    file system's 255 bytes (less `room`, for the suffix a temporary sibling adds), a path over 4095, a loop
+    of symbolic links."""
     from .errors import LongctxError
 
     text = os.fspath(text)
+    if not text.strip():
+        raise LongctxError(f"{what} is empty: name a folder or a file.")
     try:
         path = Path(text).expanduser()
     except RuntimeError:  # ~name of a user this machine does not have
         raise LongctxError(f"{what} {text!r} starts with {text.split('/')[0]!r}, but this machine has no such user; "
                            "write the folder out in full.") from None
-    too_long = any(len(os.fsencode(part)) > 255 for part in path.parts) or len(os.fsencode(str(path))) > 4095
+    limit = 255 - room
+    too_long = any(len(os.fsencode(part)) > limit for part in path.parts) or len(os.fsencode(str(path))) > 4095 - room
     if too_long:
         raise LongctxError(f"{what} {text[:40]!r}… ({len(text)} characters) is too long to name a file or a folder "
-                           "(at most 255 bytes a name, 4095 a path); shorten it.")
+                           f"here (at most {limit} bytes a name, {4095 - room} a path); shorten it.")
+    if resolve:
+        try:
+            path = path.resolve()
+        except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError for a loop of links
+            raise LongctxError(f"{what} {text!r} cannot be followed ({exc}): a loop of symbolic links? Give another "
+                               "path.") from None
     return path
 
 

@@ -9,8 +9,6 @@ The first step that fits is the cheapest combination. Every step is a fake-tenso
 from __future__ import annotations
 
 import math
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 
 from .errors import LongctxError
 from .memory.profile import GIB
@@ -43,6 +41,9 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
         raise LongctxError(f"gpu_memory_gib (--gpu-memory) must be a positive number of GiB, got {gpu_memory_gib!r}.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
+    from .memory.estimate import check_levers
+
+    check_levers(cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1)  # model, length
 
 
 def _estimate(args):
@@ -60,15 +61,15 @@ def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precisi
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`)."""
     from tqdm.auto import tqdm
 
-    from . import models
+    from . import children, models
 
     cfg = models.config(model)
     check(cfg, seq_len, gpus, gpu_memory_gib)
     steps = steps_for(gpus)
     calls = [(model, seq_len, dict(kw, mixed_precision=mixed_precision and kw.get("cp_size", 1) > 1))
              for _, kw in steps]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(tqdm(pool.map(_estimate, calls), total=len(calls), desc="plan: estimates", disable=not progress))
+    results = children.pool_map(_estimate, calls, workers, tqdm(total=len(calls), desc="plan: estimates",
+                                                                 disable=not progress))
     rows = [{"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gpu_memory_gib, "estimate_seconds": secs,
              "gpus": kw.get("cp_size", 1)} for (levers, kw), (peak, secs) in zip(steps, results)]
     cheapest = next((r for r in rows if r["fits"]), None)

@@ -13,6 +13,8 @@ import yaml
 from .errors import LongctxError
 from .paths import notebooks_dir
 
+SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2**32 - 1
+
 
 @lru_cache(maxsize=None)
 def table() -> dict:
@@ -37,6 +39,9 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     if rule == "power_of_two":
         ok = isinstance(value, int) and value > 0 and not value & (value - 1)
         return None if ok else "must be a power of two (1, 2, 4, 8, ...)"
+    if rule == "seed":
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
+        return None if ok else f"must be a whole number from 0 to {SEED_LIMIT - 1:,} (numpy and transformers' set_seed)"
     if rule == "integer":
         return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
     if rule == "pad":  # pad_to_multiple_of: None, "auto" or a positive whole number

@@ -25,7 +25,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,8 @@ from .paths import REPO, build_dir, user_path
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 MAX_POINTS = 10_000
 OOM_NAMES = ("OutOfMemoryError", "MemoryError")
+# torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
+OOM_WORDS = ("out of memory", "can't allocate memory")
 
 
 def parse_grid(items: list[str]) -> dict[str, list]:
@@ -105,11 +106,15 @@ class Sweep:
         from . import versions
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
+        self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
         package = Path(__file__).parent  # the helper library's own code and the scripts notebooks launch
         code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
         self._versions["longctx_source"] = hashlib.sha256(b"".join(
             p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
+        from .paths import data_dir
+
+        self._data = _fingerprint(data_dir())  # corpus, tokenizer, token caches, parquet copy, base model: read once
 
     def points(self) -> list[dict]:
         keys = list(self.grid)
@@ -135,17 +140,14 @@ class Sweep:
 
     def _inputs(self, point: dict) -> dict:
         """Fingerprints of the local files a point reads: model folders and datasets its parameters name
-        (the base model for "base"), and the corpus's manifest. Replaced weights make a new experiment."""
+        (the base model for "base"), and the data folder. Replaced weights or edited data make a new experiment."""
         from .harness import PATH_PARAMETERS
-        from .paths import data_dir
         from .yarn import checkpoint_dir
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
         found = {k: _fingerprint(p) for k, p in paths.items() if p.exists()}
-        manifest = data_dir() / "manifest.json"  # its content: the hashes of the corpus and token caches
-        found["data/manifest.json"] = hashlib.sha256(manifest.read_bytes()).hexdigest()[:16] if manifest.is_file() \
-            else "absent"
+        found["data"] = self._data
         return found
 
     def folder(self, point: dict) -> Path:
@@ -155,6 +157,20 @@ class Sweep:
 
     def pending(self) -> list[dict]:
         return [p for p in self.points() if not is_done(self.folder(p), self.key(p))]
+
+
+def _more_versions() -> dict:
+    """Versions of the other libraries a point's result can depend on, and Python's."""
+    import platform
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for dist in ("peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill", "accelerate", "submitit"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[dist] = "absent"
+    return found
 
 
 def _fingerprint(path: Path) -> str:
@@ -180,7 +196,7 @@ def _slug(value) -> str:
 def is_done(folder: Path, key: str | None = None) -> bool:
     """The point in `folder` finished (ok, or out of memory), under `key` when one is given."""
     marker = folder / "point.json"
-    if not marker.exists():
+    if not marker.is_file():  # absent, or not a file that can be read without blocking (a FIFO)
         return False
     record = _read_record(marker)
     return record.get("status") in ("ok", "oom") and (key is None or record.get("key") == key)
@@ -232,7 +248,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
         result = runner(notebook, size, params, out=tmp, progress=False)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
     except harness.NotebookFailed as exc:
-        oom = exc.ename in OOM_NAMES or "out of memory" in exc.evalue.lower()
+        oom = exc.ename in OOM_NAMES or any(words in exc.evalue.lower() for words in OOM_WORDS)
         died = exc.ename == "DeadKernelError"  # killed from outside; retried by the next run, like an error
         record.update(status="oom" if oom else "died" if died else "error", error=f"{exc.ename}: {exc.evalue}")
     write_json_atomic(tmp / "point.json", record)
@@ -253,6 +269,13 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
             unit = "minutes per point" if key == "time" else "GPUs per point"
             raise LongctxError(f"{flag} must be a whole number ≥ {low} ({unit}), got {value!r}.")
+    if jobs != 1 and executor != "local":
+        raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
+    if executor != "local":
+        _submitit()
+    if executor == "slurm" and shutil.which("sbatch") is None:
+        raise LongctxError("--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
+                           "from the cluster's login node, or use --executor local (or slurm-local to rehearse).")
     if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):
         raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
                            f"got {jobs!r} (each job runs a notebook kernel of its own).")
@@ -266,9 +289,26 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
 
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
+    _check_layout(sweep.out)
     outputs.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
     with _only_sweep_on(sweep.out):
         return _run_locked(sweep, executor, jobs, slurm, metric, progress)
+
+
+def _check_layout(out: Path) -> None:
+    """What a sweep writes in its folder, each of the kind it writes (a folder where a file goes, or a FIFO
+    where a record is read, would fail half-way or hang): refused before any point runs."""
+    kinds = {"points": "folder", "source": "folder", "submitit": "folder", ".lock": "file", "sweep.csv": "file"}
+    for name, kind in kinds.items():
+        path = out / name
+        if path.exists() or path.is_symlink():
+            if path.is_symlink() or (kind == "folder") != path.is_dir() or (kind == "file" and not path.is_file()):
+                raise LongctxError(f"{path} should be a {kind} that the sweep writes; move it away (or give --out "
+                                   "another folder). Nothing was run.")
+    for record in (out / "points").glob("*/point.json") if (out / "points").is_dir() else []:
+        if not record.is_file():
+            raise LongctxError(f"{record} is not a regular file (a point's record); remove it and its point runs "
+                               "again. Nothing was run.")
 
 
 @contextlib.contextmanager
@@ -312,7 +352,9 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
             _check_metric(metric, [run_point(*call)])
     elif executor == "local":
-        _run_pool(calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
+        # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
+        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}",
+                                                      disable=not progress))
     else:
         _run_submitit(sweep, calls, executor, slurm or {}, progress)
     return write_table(sweep, metric)
@@ -344,48 +386,19 @@ def _run_call(call):
     return run_point(*call)
 
 
-def _pool_worker() -> None:
-    children.stop_with_parent()  # a worker ends when the sweep does (and its kernel with it)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the sweep, which stops the workers itself
-
-
-def _run_pool(calls, jobs: int, bar) -> None:
-    """The points on `jobs` worker processes. Interrupted (Ctrl-C) or failing, the sweep cancels the points
-    not started and kills the workers with their kernels, so it returns at once; the points they were running
-    leave only temporaries, removed by the next run."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker)
-    try:
-        for future in as_completed([pool.submit(_run_call, call) for call in calls]):
-            future.result()
-            bar.update()
-    except BaseException:
-        workers = list(getattr(pool, "_processes", None) or {})  # the pool's worker PIDs (CPython's attribute)
-        with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
-            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the pool's pipes to killed workers fail quietly
-        for pid in [q for w in workers for q in children.descendants(w)] + workers:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        pool.shutdown(wait=True, cancel_futures=True)  # returns at once: the pool sees its workers gone
-        raise
-    finally:
-        bar.close()
-    pool.shutdown()
-
-
-def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
+def _submitit():
     try:
         import submitit
     except ImportError:
         raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install "
                            "submitit).") from None
+    return submitit
+
+
+def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
+    submitit = _submitit()
     from tqdm.auto import tqdm
 
-    if executor == "slurm" and shutil.which("sbatch") is None:
-        raise LongctxError("--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
-                           "from the cluster's login node, or use --executor local (or slurm-local to rehearse).")
     cluster = {"slurm": "slurm", "slurm-local": "local", "slurm-debug": "debug"}[executor]
     ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=cluster)
     params = {"timeout_min": int(slurm.get("time", 60)), "name": f"longctx-{sweep.notebook}"}

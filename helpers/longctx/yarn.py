@@ -21,6 +21,7 @@ import torch
 
 from .errors import LongctxError
 from .paths import data_dir, user_path
+from .rules import SEED_LIMIT
 
 BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
     "preset": "small", "rope_theta": 100.0, "seq_len": 128, "steps": 1000, "batch": 32, "learning_rate": 3e-3,
@@ -52,7 +53,7 @@ def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rop
                          learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                    "tokenizer_config.json", "manifest.json", data.CHECKSUMS}
-    if out is not None and user_path(out, "--out").resolve() == data_dir().resolve():
+    if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
                            "folder of its own, e.g. --out data/my-base.")
     out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
@@ -95,6 +96,8 @@ def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_
                              ("--warmup-steps", warmup_steps, 0), ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise LongctxError(f"{flag} must be an integer ≥ {low}, got {value!r}.")
+    if seed >= SEED_LIMIT:
+        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {seed}.")
     for flag, value in (("--learning-rate", learning_rate), ("--rope-theta", rope_theta)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise LongctxError(f"{flag} must be a positive finite number, got {value!r}.")

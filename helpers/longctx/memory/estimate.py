@@ -22,7 +22,9 @@ from .measure import TimelineTracker
 from .profile import CATEGORIES, GIB, MemoryProfile
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
-MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~30 s to estimate)
+MAX_VOCAB = 2**21  # 8 × the largest vocabularies of released LMs (262,144); the fused head's tiles grow with it
+MAX_LAYERS = 1024
+MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~10 s to estimate)
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, compat.gpu_dispatch) or the CPU's
@@ -53,6 +55,19 @@ def check_model(cfg) -> None:
         value = getattr(text, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
             raise LongctxError(f"The config's {name} is {value}; it must be a positive integer (fix config.json).")
+    experts = next((v for n in ("num_experts", "num_local_experts") if isinstance(v := getattr(text, n, None), int)), None)
+    per_token = getattr(text, "num_experts_per_tok", None)
+    if experts and isinstance(per_token, int) and not 0 < per_token <= experts:
+        raise LongctxError(f"The config routes each token to {per_token} of {experts} experts; num_experts_per_tok must "
+                           "be from 1 to the number of experts (fix config.json).")
+    window = getattr(text, "sliding_window", None)
+    if isinstance(window, int) and not isinstance(window, bool) and window < 0:
+        raise LongctxError(f"The config's sliding_window is {window}; a window is a positive number of tokens, or null.")
+    for name, cap in (("vocab_size", MAX_VOCAB), ("num_hidden_layers", MAX_LAYERS)):
+        value = getattr(text, name, None)
+        if isinstance(value, int) and value > cap:
+            raise LongctxError(f"The config's {name} is {value:,}, over the {cap:,} the estimator takes: its trace "
+                               "grows with it and would run for many minutes (released LMs stay far below).")
     heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
     if heads and kv and heads % kv:
         raise LongctxError(f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
@@ -124,7 +139,12 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
         attn_implementation = compat.register_flash_attention_2()
     # the dtype the caller set as default (the estimate's `dtype`): from_config would otherwise take a dtype the
     # config names ("dtype": "bfloat16" in most hub configs) over it
-    net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation, dtype=torch.get_default_dtype())
+    try:
+        net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation,
+                                               dtype=torch.get_default_dtype())
+    except Exception as exc:  # transformers' own errors for a config it cannot build (unknown activation, ...)
+        raise LongctxError(f"transformers cannot build a {getattr(cfg, 'model_type', '?')} model from this config: "
+                           f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}. Fix config.json.") from None
     if checkpointing:
         if not net.supports_gradient_checkpointing:
             raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
