@@ -177,6 +177,15 @@ def _stderr(nb) -> list[str]:
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_figure_a_lesson_saves_is_shown_in_it(ran, name):
+    r = ran(name)
+    nb = nbformat.read(r.executed, as_version=4)
+    shown = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    saved = len(list((r.out / "figures").glob("*.png")))
+    assert saved and shown == saved, f"{name}: {saved} figures saved, {shown} shown in the notebook"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_a_lesson_shows_no_library_noise(ran, name):
     nb = nbformat.read(ran(name).executed, as_version=4)
     noise = [text for text in _stderr(nb) if not any(re.search(p, text) for p in ALLOWED_STDERR)]

@@ -26,3 +26,25 @@ def test_plots_draw_in_the_lessons_style_and_return_their_axes(tmp_path):
     assert plt.rcParams["axes.spines.top"]  # the reader's default, untouched outside it
     written = plots.save_figure(ax.figure, "bars", tmp_path)
     assert sorted(p.name for p in written) == ["bars.png", "bars.svg"]
+
+
+def test_a_setting_the_backend_changes_during_a_plot_survives_it(monkeypatch):
+    """The inline backend turns `interactive` on when a kernel's first figure is made; put back to off, every
+    later figure of the notebook would silently not show."""
+    import matplotlib.pyplot as plt
+
+    from longctx import plots
+
+    subplots = plt.subplots
+
+    def activating(*args, **kwargs):
+        matplotlib.interactive(True)  # what IPython's inline backend does on first use
+        return subplots(*args, **kwargs)
+
+    matplotlib.interactive(False)
+    monkeypatch.setattr(plt, "subplots", activating)
+    try:
+        plots.bars({"a": 1.0})
+        assert matplotlib.is_interactive()
+    finally:
+        matplotlib.interactive(False)

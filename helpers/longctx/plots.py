@@ -6,6 +6,7 @@ None) and returns the axes, so a notebook can compose panels.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -28,12 +29,25 @@ COLORS = {
 }
 
 
+@contextlib.contextmanager
+def style():
+    """STYLE's settings for the duration, then the reader's own back. Only STYLE's keys are put back:
+    `plt.rc_context` would restore every setting, among them `interactive`, which the notebook's inline
+    backend turns on when the first figure of a kernel is made, and later figures would no longer show."""
+    before = {key: plt.rcParams[key] for key in STYLE}
+    plt.rcParams.update(STYLE)
+    try:
+        yield
+    finally:
+        plt.rcParams.update(before)
+
+
 def styled(draw):
     """A plotting function drawn (and a figure saved) under STYLE: importing this module changes no global
     matplotlib setting, and a reader's own rcParams apply outside these calls."""
     @functools.wraps(draw)
     def wrapper(*args, **kwargs):
-        with plt.rc_context(STYLE):
+        with style():
             return draw(*args, **kwargs)
 
     return wrapper
@@ -42,14 +56,14 @@ def styled(draw):
 def axes(ax=None):
     """`ax`, or the axes of a new figure in the lessons' style."""
     if ax is None:
-        with plt.rc_context(STYLE):
+        with style():
             _, ax = plt.subplots()
     return ax
 
 
 def panels(ncols: int, figsize: tuple[float, float]):
     """A figure of `ncols` axes side by side, in the lessons' style: (figure, axes)."""
-    with plt.rc_context(STYLE):
+    with style():
         return plt.subplots(1, ncols, figsize=figsize)
 
 
