@@ -20,18 +20,28 @@ import os
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # large contiguous tensors at 1M
 
 
+def train_config(seq_len: int, steps: int, out: str, processes: int, for_device: str | None = None):
+    """The TrainConfig of every rank (lesson 06 prints it as the SFTConfig a reader copies)."""
+    from longctx.train import TrainConfig
+
+    return TrainConfig(
+        output_dir=out, max_steps=steps, max_length=seq_len, gradient_checkpointing=True, offload=True,
+        bf16=True, learning_rate=1e-5, for_device=for_device,
+        extra={"pad_to_multiple_of": 2 * processes, "save_strategy": "no"})  # CP's load balance: 2 chunks per rank
+
+
 def main() -> None:
     from accelerate import PartialState
     from transformers import AutoTokenizer
 
     from longctx import data, models, rope
     from longctx.lengths import parse_length
-    from longctx.train import TrainConfig, run_sft
+    from longctx.train import run_sft
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="Qwen/Qwen3-8B")
     ap.add_argument("--seq-len", default="1M")
-    ap.add_argument("--trained-length", type=int, default=32768)
+    ap.add_argument("--trained-length", type=int, default=rope.QWEN3_TRAINED_LENGTH)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dataset", default=data.PG19, help="a hub dataset id or a local folder of parquet files")
     ap.add_argument("--out", default="Qwen3-8B-1M")
@@ -44,10 +54,8 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(args.model)
     with state.main_process_first():
         dataset = data.long_sequences(seq_len, args.steps, dataset=args.dataset, tokenizer=tok, seed=0)
-    result = run_sft(model, dataset, TrainConfig(
-        output_dir=args.out, max_steps=args.steps, max_length=seq_len, gradient_checkpointing=True, offload=True,
-        bf16=True, learning_rate=1e-5, extra={"pad_to_multiple_of": 2 * state.num_processes, "save_strategy": "no"}),
-        processing_class=tok)
+    result = run_sft(model, dataset, train_config(seq_len, args.steps, args.out, state.num_processes),
+                     processing_class=tok)
     if state.is_main_process:
         print(f"first loss {result.losses[0]:.3f} (guide: 4.311); {result.seconds_per_step:.0f} s/step (guide: 380)")
 

@@ -14,9 +14,11 @@ def ci_runs(executed):
     return {name: executed(name, "ci").executed for name in harness.notebooks()}
 
 
-def test_the_site_has_every_lesson_its_run_and_no_broken_link(ci_runs, tmp_path):
+def test_the_site_has_every_lesson_its_run_and_no_broken_link(ci_runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the command's working folder gets nothing (no converter cache)
     out = site.build("ci", tmp_path / "site", runs=ci_runs, progress=False)
-    assert site.broken_links(out) == []
+    assert site.broken_links(out) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+    assert (out / "GLOSSARY.html").is_file()
     for i, name in enumerate(harness.notebooks()):
         page = (out / "lessons" / f"{name}.html").read_text()
         results = json.loads((ci_runs[name].parent / "results.json").read_text())
@@ -25,6 +27,7 @@ def test_the_site_has_every_lesson_its_run_and_no_broken_link(ci_runs, tmp_path)
         assert f"../source/{name}.ipynb" in page and (out / "source" / f"{name}.ipynb").is_file()
         assert ("Next:" if i < len(ci_runs) - 1 else "Last lesson") in page
         assert "Traceback (most recent call last)" not in page
+        assert 'href="../GLOSSARY.html"' in page and ".ipynb)" not in page  # the lessons' own links, made pages'
     assert page.count("data:image/png;base64") >= 1  # figures embedded in the lesson pages
 
 

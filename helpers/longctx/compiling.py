@@ -79,8 +79,17 @@ class CompileCounter:
         return {"compiles": self.count, "compile_seconds": self.seconds, "by_trigger": self.by_trigger()}
 
 
+AUTOMATIC_DYNAMIC_SHAPES = False  # as on Neuron: a new shape is a new static graph, never a dynamic one
+
+
+def dynamo_snippet() -> str:
+    """The dynamo setting the lesson compiles under, as the lines a reader adds before training."""
+    return f"import torch\n\ntorch._dynamo.config.automatic_dynamic_shapes = {AUTOMATIC_DYNAMIC_SHAPES}"
+
+
 @contextlib.contextmanager
-def compile_settings(*, recompile_limit: int = 512, automatic_dynamic_shapes: bool = False, fresh_cache: bool = True):
+def compile_settings(*, recompile_limit: int = 512, automatic_dynamic_shapes: bool = AUTOMATIC_DYNAMIC_SHAPES,
+                     fresh_cache: bool = True):
     """Dynamo set as on Neuron (no automatic dynamic shapes), a recompile limit high enough that every
     shape really compiles, and a fresh, empty inductor cache; compiled graphs held in memory are
     dropped on entry and exit."""
@@ -224,18 +233,28 @@ class CompiledRun:
                 "step_compiles": self.step_compiles}
 
 
+def padded_config(*, pad_to_multiple_of, steps: int, backend: str | None = "inductor", batch_size: int = 4,
+                  max_length: int | None = None, output_dir: str, seed: int = 0, compile: bool = True,
+                  for_device: str | None = None):
+    """The TrainConfig of the trainer the lesson compiles (see `padded_trainer`)."""
+    from .train import TrainConfig
+
+    extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
+    if compile:
+        extra.update(torch_compile=True, torch_compile_backend=backend)
+    return TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
+                       max_length=max_length, seed=seed, logging_steps=steps, extra=extra, for_device=for_device)
+
+
 def padded_trainer(model, dataset, *, pad_to_multiple_of, steps: int, backend: str | None = "inductor",
                    batch_size: int = 4, max_length: int | None = None, output_dir: str, processing_class=None,
                    seed: int = 0, compile: bool = True):
     """The SFTTrainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or "auto",
     which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
-    from .train import TrainConfig, make_trainer
+    from .train import make_trainer
 
-    extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
-    if compile:
-        extra.update(torch_compile=True, torch_compile_backend=backend)
-    cfg = TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                      max_length=max_length, seed=seed, logging_steps=steps, extra=extra)
+    cfg = padded_config(pad_to_multiple_of=pad_to_multiple_of, steps=steps, backend=backend, batch_size=batch_size,
+                        max_length=max_length, output_dir=output_dir, seed=seed, compile=compile)
     return make_trainer(model, dataset, cfg, processing_class=processing_class)
 
 
@@ -281,18 +300,13 @@ def grpo_generation(model, prompts: list[str], *, cache_implementation: str | No
     cache each generated token changes the cache's length; a static cache keeps the shapes fixed."""
     import torch
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     def reward_len(completions, **kwargs):  # the guide's toy reward: completions near a target length
         return [-abs(4 * max_completion_length - len(c)) / 100 for c in completions]
 
-    on_cpu = not torch.cuda.is_available()
-    args = GRPOConfig(
-        output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=max_completion_length,
-        cache_implementation=cache_implementation, max_steps=steps, learning_rate=1e-5, use_cpu=on_cpu, bf16=False,
-        report_to="none", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False, seed=seed,
-        save_strategy="no",
-        activation_checkpointing=True)  # GRPOConfig's own default, under transformers 5.24's name for it
+    args = grpo_call(cache_implementation=cache_implementation, steps=steps, max_completion_length=max_completion_length,
+                     output_dir=output_dir, seed=seed).build()
     if backend:  # on Neuron (backend None) the device compiles every shape by itself
         model.forward = torch.compile(model.forward, backend=backend)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_len, args=args,
@@ -304,6 +318,22 @@ def grpo_generation(model, prompts: list[str], *, cache_implementation: str | No
         seconds = time.perf_counter() - start
     return {"cache_implementation": cache_implementation or "dynamic", "steps": steps, "seconds": seconds,
             "seconds_per_step": seconds / steps, **counter.summary()}
+
+
+def grpo_call(*, cache_implementation: str | None, steps: int, max_completion_length: int, output_dir: str,
+              seed: int = 0, for_device: str | None = None):
+    """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints)."""
+    from trl import GRPOConfig
+
+    from . import device
+    from .recipe import Call
+
+    return Call(GRPOConfig, dict(
+        output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=max_completion_length,
+        cache_implementation=cache_implementation, max_steps=steps, learning_rate=1e-5,
+        use_cpu=(for_device or device()) == "cpu", bf16=False, report_to="none", logging_steps=1, disable_tqdm=True,
+        dataloader_pin_memory=False, seed=seed, save_strategy="no",
+        activation_checkpointing=True))  # GRPOConfig's own default, under transformers 5.24's name for it
 
 
 def default_backend(device_type: str):

@@ -25,34 +25,38 @@ def deepspeed_config() -> dict:
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
 
 
-def _build_args(spec: dict, world: int):
+def parallel_kwargs(mode: str, world: int) -> dict:
+    """The SFTConfig arguments that spread one sequence over `world` ranks: "cp" (context parallelism,
+    FSDP2) or "sp" (DeepSpeed Ulysses); nothing for "single"."""
+    from accelerate import ParallelismConfig
+
+    from .recipe import Call
+
+    if mode == "cp":
+        return dict(parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
+                    fsdp="full_shard", fsdp_config={"fsdp_version": 2, "reshard_after_forward": True})
+    if mode == "sp":
+        from accelerate.utils import DeepSpeedSequenceParallelConfig
+
+        handler = Call(DeepSpeedSequenceParallelConfig, {"sp_seq_length_is_variable": True,
+                                                         "sp_attn_implementation": "sdpa"})
+        return dict(parallelism_config=Call(ParallelismConfig, {"sp_size": world, "sp_backend": "deepspeed",
+                                                                "sp_handler": handler}),
+                    deepspeed=deepspeed_config(), accelerator_config={"use_configured_state": True})
+    return {}
+
+
+def sft_call(spec: dict, world: int):
+    """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds)."""
     from .train import TrainConfig
 
     extra = dict(packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"), save_strategy="no",
-                 disable_tqdm=True)
-    cfg = TrainConfig(output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, seed=spec["seed"],
-                      gradient_checkpointing=spec["checkpointing"], max_length=spec["seq_len"],
-                      bf16=spec["device"] == "cuda",
-                      max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
-                      extra=extra)
-    kwargs = {}
-    if spec["mode"] == "cp":
-        from accelerate import ParallelismConfig
-
-        kwargs.update(parallelism_config=ParallelismConfig(cp_size=world, cp_backend="torch"),
-                      fsdp="full_shard", fsdp_config={"fsdp_version": 2, "reshard_after_forward": True})
-    elif spec["mode"] == "sp":
-        from accelerate import ParallelismConfig
-        from accelerate.utils import DeepSpeedSequenceParallelConfig
-
-        kwargs.update(
-            parallelism_config=ParallelismConfig(
-                sp_size=world, sp_backend="deepspeed",
-                sp_handler=DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True, sp_attn_implementation="sdpa")),
-            deepspeed=deepspeed_config(),
-            accelerator_config={"use_configured_state": True})
-    cfg.extra.update(kwargs)
-    return cfg.sft_config()
+                 disable_tqdm=True, **parallel_kwargs(spec["mode"], world))
+    return TrainConfig(output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, seed=spec["seed"],
+                       gradient_checkpointing=spec["checkpointing"], max_length=spec["seq_len"],
+                       bf16=spec["device"] == "cuda", for_device=spec["device"],
+                       max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
+                       extra=extra).sft_call()
 
 
 def _full_grads(model, deepspeed: bool = False) -> dict:
@@ -96,7 +100,7 @@ def main(spec_path: str) -> None:
     model = models.load(spec["model"], seed=spec["seed"], dtype=spec.get("dtype", "fp32"))
     tok = data.tokenizer_for(spec["model"])  # a real model reads the corpus through its own tokenizer
     dataset = data.long_sequences(spec["seq_len"], 1, tokenizer=tok, seed=spec["seed"])
-    args = _build_args(spec, world)
+    args = sft_call(spec, world).build()
     record: dict = {"rank": rank, "world": world, "mode": spec["mode"]}
     tracker_box: dict = {}
 

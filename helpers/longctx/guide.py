@@ -36,3 +36,48 @@ QWEN3_8B_1M_CP8 = Figure(56.0, "Qwen3-8B, 1,048,576 tokens, offload, CP over 8 G
                          "per-GPU peak (GB)", 0.10, _TRACED + "; under CP also the ring's communication buffers")
 NAIVE_8B_1M = Figure(288, "Qwen3-8B, 1,048,576 tokens: one saved input per layer on one GPU, 36 × 1M × 4096 × 2 bytes "
                      "(GB, the guide's naive count)", 0.01, "arithmetic")
+LAST_STRETCH_PLAIN = Figure(7.3, "Qwen3, last 20k of 160k tokens, no rescaling: mean per-token loss (nats)")
+LAST_STRETCH_YARN = Figure(2.8, "... with YaRN (nats)")
+FIRST_LOSS_1M = Figure(4.311, "Qwen3-8B, 1,048,576 tokens with YaRN: first logged training loss (nats)")
+# TRL's Trainium guide (huggingface.co/docs/trl/en/trainium), measured on one NeuronCore of a trn2 chip
+TRAINIUM_UNPADDED_OVER_PAD128 = Figure(2.0, "Qwen3-0.6B, 20 SFT steps on a NeuronCore: time unpadded / padded to 128 "
+                                       "(260 s / 130 s, TRL's Trainium guide)")
+
+# The versions the guide names for each lever: (package, minimum)
+REQUIREMENTS = {
+    "offload": (("transformers", "5.17.0"),),  # offload inside activation checkpointing arrived in 5.17
+    "context parallelism": (("accelerate", "1.11.0"),),
+    "sequence parallelism": (("accelerate", "1.12.0"), ("deepspeed", "0.18.1")),
+}
+
+
+def requirements(lever: str) -> list[str]:
+    """One line per package the guide requires for `lever`: the minimum and what is installed here."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    lines = []
+    for package, minimum in REQUIREMENTS[lever]:
+        try:
+            installed = version(package)
+        except PackageNotFoundError:
+            lines.append(f"{lever}: {package} >= {minimum} (guide); not installed here")
+            continue
+        verdict = "meets it" if Version(installed) >= Version(minimum) else "TOO OLD"
+        lines.append(f"{lever}: {package} >= {minimum} (guide); installed {installed}, {verdict}")
+    return lines
+
+
+def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
+    """One line for a lesson's recap: the guide's figure and this run's number (None: not computed here),
+    ours shown to the guide's own precision."""
+    decimals = len(repr(figure.value).partition(".")[2]) if isinstance(figure.value, float) else 0
+
+    def shown(value, places):
+        return f"{value:,.{places}f}"
+
+    if ours is None:
+        return f"{figure.what}: guide {shown(figure.value, decimals)}; not computed at this size"
+    return (f"{figure.what}: guide {shown(figure.value, decimals)}, ours {shown(ours, decimals)}"
+            + (f" ({ours / figure.value:.2f}×)" if ratio else ""))

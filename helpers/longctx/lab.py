@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from .outputs import atomic
+
 # @jupyterlab/apputils-extension:notification (JupyterLab 4): with fetchNews left at "none" the first start
 # asks "Would you like to get notified about official Jupyter news?"; "false" answers it as no
 SETTINGS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
@@ -29,9 +31,8 @@ def write_settings(prefix: str | Path = sys.prefix) -> Path:
     text = json.dumps(SETTINGS, indent=2) + "\n"
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        with atomic(path) as tmp:
+            tmp.write_text(text)
     return path
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .errors import LongctxError
 
+MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~10 s to estimate)
+
 
 def parse_length(text: str) -> int:
     """'98304', '96k' (×1024) or '1M' (×1,048,576) → tokens."""

@@ -38,16 +38,10 @@ def jsonable(value):
 
 def write_json_atomic(path: Path, payload: dict) -> None:
     """Write to a temporary file and rename: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError as exc:
-        from .outputs import write_error
+    from .outputs import atomic
 
-        raise write_error(exc, path) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic(path) as tmp:
+        tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True))
 
 
 @dataclass

@@ -4,6 +4,7 @@ only its own files into place, replacing nothing else. A folder that holds files
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -19,8 +20,31 @@ from .paths import user_path
 OUT_ROOM = 64
 
 
+CLAIM = ["*"]  # the marker of a folder a command claimed whole (claim_folder)
+
+
 def _ledger(out: Path, command: str) -> Path:
     return out / f".longctx-{command}.json"
+
+
+def mark_claimed(folder: Path, command: str) -> None:
+    """Write the marker that says `command` owns all of `folder` (as claim_folder does)."""
+    _ledger(folder, command).write_text(json.dumps(CLAIM))
+
+
+@contextlib.contextmanager
+def atomic(path: Path):
+    """A temporary sibling of `path` to write; it replaces `path` when the block ends without error. A failed
+    or interrupted write leaves nothing half-written in place; a full disk or a read-only place is named."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise write_error(exc, path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _ledger_names(ledger: Path) -> set[str]:
@@ -103,7 +127,7 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     try:
         out.mkdir(parents=True, exist_ok=True)
         if not marker.exists():
-            marker.write_text(json.dumps(["*"]))
+            mark_claimed(out, command)
     except OSError as exc:
         raise write_error(exc, out) from None
     return out
@@ -113,7 +137,7 @@ def _check_marker(marker: Path, out: Path) -> None:
     """A claimed folder is reused only as its claim left it: the marker as written, and no symbolic link
     anywhere inside (a run writes into figures/, runs/, … and would write through one into someone's files)."""
     try:
-        intact = marker.is_file() and not marker.is_symlink() and json.loads(marker.read_text()) == ["*"]
+        intact = marker.is_file() and not marker.is_symlink() and json.loads(marker.read_text()) == CLAIM
     except (OSError, ValueError):
         intact = False
     if not intact:
@@ -152,9 +176,8 @@ def place(tmp: Path, out: Path, command: str) -> list[str]:
         os.replace(Path(tmp) / name, out / name)
     ledger = _ledger(out, command)
     previous = _ledger_names(ledger)
-    tmp_ledger = ledger.with_name(ledger.name + ".tmp")
-    tmp_ledger.write_text(json.dumps(sorted(previous | set(names))))
-    os.replace(tmp_ledger, ledger)
+    with atomic(ledger) as tmp_ledger:
+        tmp_ledger.write_text(json.dumps(sorted(previous | set(names))))
     return names
 
 

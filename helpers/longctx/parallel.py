@@ -108,6 +108,12 @@ class ParallelRun:
     def step_seconds(self) -> float:
         return max(r["step_seconds"] for r in self.ranks)
 
+    def sft_call(self):
+        """The SFTConfig every rank of this run built, as a recipe.Call (what lesson 04 prints)."""
+        from .cp_worker import sft_call
+
+        return sft_call(json.loads((self.out / "spec.json").read_text()), self.nprocs)
+
     @property
     def activations_peak_bytes(self) -> int:  # the largest rank's
         return max(r["activations_peak_bytes"] for r in self.ranks)

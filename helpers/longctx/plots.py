@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .memory.profile import CATEGORIES, GIB, MIB
+from .outputs import atomic
 
 STYLE = {
     "figure.figsize": (7.5, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True, "grid.alpha": 0.3,
@@ -74,16 +75,8 @@ def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]
     for path, metadata in zip(paths, ({"Software": None}, {"Date": None, "Creator": None})):
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # a full disk leaves no truncated figure
-        try:
+        with atomic(path) as tmp:  # a full disk leaves no truncated figure
             fig.savefig(tmp, format=path.suffix[1:], metadata=metadata, bbox_inches="tight")
-            os.replace(tmp, path)
-        except OSError as exc:
-            from .outputs import write_error
-
-            raise write_error(exc, path) from None
-        finally:
-            tmp.unlink(missing_ok=True)
     return paths
 
 

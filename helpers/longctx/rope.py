@@ -8,6 +8,9 @@ import numpy as np
 from .errors import LongctxError
 
 DEFAULT_BETA_FAST, DEFAULT_BETA_SLOW = 32.0, 1.0  # transformers 5.24's YaRN defaults (the YaRN paper's)
+# Qwen3's native context, from its model cards (32,768 natively, longer with YaRN); the configs' own
+# max_position_embeddings says 40,960, room for an answer after a long prompt, not the trained length
+QWEN3_TRAINED_LENGTH = 32768
 
 
 def rope_theta(cfg) -> float:
@@ -63,6 +66,12 @@ def with_yarn(cfg, trained: int, wanted: int, *, factor: float | None = None, th
     new.rope_parameters = yarn_parameters(trained, wanted, own, factor, beta_fast=beta_fast, beta_slow=beta_slow)
     new.max_position_embeddings = wanted
     return new
+
+
+def model_init_kwargs(cfg) -> dict:
+    """What SFTTrainer passes to `from_pretrained` (SFTConfig.model_init_kwargs) so that the model it loads
+    from a hub id or folder gets `cfg`'s rotary settings: YaRN's parameters and the longer position range."""
+    return {"rope_parameters": dict(cfg.rope_parameters), "max_position_embeddings": int(cfg.max_position_embeddings)}
 
 
 def _head_dim(cfg) -> int:

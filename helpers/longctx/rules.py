@@ -42,6 +42,11 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     if rule == "seed":
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
         return None if ok else f"must be a whole number from 0 to {SEED_LIMIT - 1:,} (numpy and transformers' set_seed)"
+    if rule == "estimable":  # a length the fake-tensor estimator takes
+        from .lengths import MAX_TOKENS
+
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
+        return None if ok else f"must be a whole number of tokens from 1 to {MAX_TOKENS:,} (what the estimator takes)"
     if rule == "integer":
         return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
     if rule == "pad":  # pad_to_multiple_of: None, "auto" or a positive whole number

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from html.parser import HTMLParser
@@ -19,6 +20,8 @@ from urllib.parse import unquote, urlsplit
 
 from .errors import LongctxError, check_choice
 from .paths import REPO, build_dir
+
+GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 
 
 def runs_on_disk(size: str) -> dict[str, Path]:
@@ -90,6 +93,7 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
             (docs / pages[name]).write_text(_missing_page(name, size, following))
         lessons.append({name: pages[name]})
     gallery = _gallery(docs / "figures", figures, size)
+    shutil.copyfile(REPO / GLOSSARY, docs / GLOSSARY)
     readme = (REPO / "README.md").read_text()
     status = "\n".join(f"| [{name}]({next(iter(lessons[i].values()))}) | "
                        f"{'executed at `' + size + '`' if name in runs else 'not executed at `' + size + '`'} |"
@@ -99,7 +103,7 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
         f"`longctx site --size {size}` from the executed notebooks; nothing was run to build it.\n\n"
         f"| lesson | on this site |\n| --- | --- |\n{status}\n\n"
         f"The guide's figures: [gallery]({gallery}).\n\n---\n\n" + readme)
-    return [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": gallery}]
+    return [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": gallery}, {"Glossary": GLOSSARY}]
 
 
 def _lesson_page(executed: Path, page: Path, name: str, size: str, following: str | None) -> None:
@@ -117,9 +121,21 @@ def _lesson_page(executed: Path, page: Path, name: str, size: str, following: st
              + ", ".join(f"{k} {versions[k]}" for k in sorted(versions)) + ". "
              f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself with "
              f"`longctx run {name[:2]} --size {size}`.")
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = _built_links(cell.source)
     nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, nbformat.v4.new_markdown_cell(about))
-    nb.cells.append(nbformat.v4.new_markdown_cell(_next(following, built=True)))
+    link = _next(following, built=True)
+    if not following or f"]({Path(following).stem}.html)" not in "".join(c.source for c in nb.cells):
+        nb.cells.append(nbformat.v4.new_markdown_cell(link))  # unless the lesson already links its successor
     nbformat.write(nb, page)
+
+
+def _built_links(markdown: str) -> str:
+    """A lesson's own links as its built page needs them: another lesson's notebook → that lesson's page,
+    the glossary → its page (nbconvert renders notebook cells as written; MkDocs rewrites only .md pages)."""
+    markdown = re.sub(r"\]\((\d\d_\w+)\.ipynb\)", r"](\1.html)", markdown)
+    return markdown.replace(f"](../{GLOSSARY}", f"](../{Path(GLOSSARY).with_suffix('.html')}")
 
 
 def _mtime(path: Path) -> str:
@@ -173,7 +189,9 @@ def _config(size: str, docs: Path, site: Path, nav: list) -> dict:
         "strict": True,  # a link MkDocs can check that points nowhere fails the build
         "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
         "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
-        "plugins": [{"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True}}],
+        # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
+        "plugins": [{"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True,
+                                        "cache": False}}],
         "nav": nav,
     }
 
@@ -198,10 +216,12 @@ def _mkdocs_build(config: Path, progress: bool) -> None:
 def _replace_folder(new: Path, out: Path) -> None:
     """`new` becomes `out`: moved beside it first (same file system), then swapped in; the old site goes
     only once the new one is in place. `out` is new, empty, or a site this command built."""
+    from . import outputs
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     shutil.copytree(new, staged, dirs_exist_ok=True)
-    (staged / ".longctx-site.json").write_text(json.dumps(["*"]))  # the claim, as outputs.claim_folder writes it
+    outputs.mark_claimed(staged, "site")  # so the next build may replace it
     old = None
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -367,9 +367,8 @@ def _snapshot(sweep: Sweep) -> Path:
         if hashlib.sha256(sweep.path.read_bytes()).hexdigest() != sweep._source:
             raise LongctxError(f"{sweep.path} changed after the sweep was set up; run the command again.")
         copy.parent.mkdir(parents=True, exist_ok=True)
-        tmp = copy.with_name(f".{copy.name}.tmp{os.getpid()}")
-        shutil.copyfile(sweep.path, tmp)
-        os.replace(tmp, copy)
+        with outputs.atomic(copy) as tmp:
+            shutil.copyfile(sweep.path, tmp)
     return copy
 
 
@@ -442,13 +441,11 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     rows = table(sweep)
     columns = list(dict.fromkeys(k for row in rows for k in row))
     path = sweep.out / "sweep.csv"
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with tmp.open("w", newline="") as f:
+    with outputs.atomic(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
             writer.writerow({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in row.items()})
-    os.replace(tmp, path)
     if metric:
         plot_metric(sweep, rows, metric)
     return path

@@ -45,7 +45,8 @@ class TrainConfig:
     save_steps: int | None = None
     load_best_model_at_end: bool = False
     logging_steps: int = 1
-    extra: dict = field(default_factory=dict)  # any further SFTConfig field
+    extra: dict = field(default_factory=dict)  # any further SFTConfig field (a recipe.Call is built first)
+    for_device: str | None = None  # the device the config is for ("cuda", "cpu"); None: this machine's
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -58,20 +59,20 @@ class TrainConfig:
         from .offload import check_offload
 
         check_offload(self.offload, checkpointing=self.gradient_checkpointing,
-                      device="cuda" if torch.cuda.is_available() else "cpu")
+                      device=self.for_device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if self.load_best_model_at_end and not self.eval_steps:
             raise LongctxError("load_best_model_at_end needs eval_steps (evaluation every N steps).")
 
-    def sft_config(self):
-        """The trl.SFTConfig this object stands for."""
-        import torch
+    def sft_call(self):
+        """The trl.SFTConfig this object stands for, as a recipe.Call: built by `sft_config`, printed by the lessons."""
         from trl import SFTConfig
 
+        from .recipe import Call
+
+        target = self.for_device or device()
         bf16 = self.bf16
         if bf16 is None:
-            bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        if bf16 and not torch.cuda.is_available():
-            raise LongctxError("bf16=True needs a GPU with bf16 support; on the CPU use bf16=False (fp32).")
+            bf16 = target == "cuda" and (self.for_device is not None or _cuda_bf16())
         evaluating = bool(self.eval_steps)
         kwargs = dict(
             output_dir=self.output_dir, max_steps=self.max_steps, num_train_epochs=self.num_train_epochs,
@@ -80,7 +81,9 @@ class TrainConfig:
             gradient_accumulation_steps=self.gradient_accumulation_steps, learning_rate=self.learning_rate,
             lr_scheduler_type=self.lr_scheduler_type, warmup_steps=self.warmup_steps,
             weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm, seed=self.seed, data_seed=self.seed,
-            bf16=bf16, use_cpu=device() == "cpu",
+            bf16=bf16, use_cpu=target == "cpu",
+            # trl 1.16's default loss: its fused head, which computes the cross-entropy a tile at a time
+            loss_type="nll" if self.loss == "chunked" else None,
             # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
             activation_checkpointing=self.gradient_checkpointing,
             activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
@@ -92,8 +95,23 @@ class TrainConfig:
             load_best_model_at_end=self.load_best_model_at_end, metric_for_best_model="eval_loss",
             greater_is_better=False, save_only_model=True,
         )
+        if kwargs["loss_type"] is None:
+            del kwargs["loss_type"]  # the plain loss is the trainer subclass's, not an SFTConfig setting
         kwargs.update(self.extra)
-        return SFTConfig(**kwargs)
+        return Call(SFTConfig, kwargs)
+
+    def sft_config(self):
+        """The trl.SFTConfig this object stands for, built on this machine."""
+        call = self.sft_call()
+        if call.kwargs["bf16"] and not _cuda_bf16():
+            raise LongctxError("bf16=True needs a GPU with bf16 support; on the CPU use bf16=False (fp32).")
+        return call.build()
+
+
+def _cuda_bf16() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
 @dataclass

@@ -16,6 +16,7 @@ import time
 import torch
 
 from ..errors import LongctxError, check_choice
+from ..lengths import MAX_TOKENS
 from ..models import DTYPE_NAMES, torch_dtype
 from ..train import LOSSES
 from .measure import TimelineTracker
@@ -24,7 +25,6 @@ from .profile import CATEGORIES, GIB, MemoryProfile
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 MAX_VOCAB = 2**21  # 8 × the largest vocabularies of released LMs (262,144); the fused head's tiles grow with it
 MAX_LAYERS = 1024
-MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~10 s to estimate)
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, compat.gpu_dispatch) or the CPU's

@@ -1,0 +1,33 @@
+"""Writes that never leave half a file, and the marker of a claimed folder."""
+
+import pytest
+
+from longctx import LongctxError, outputs
+
+
+def test_an_atomic_write_replaces_the_file_only_when_it_completes(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), outputs.atomic(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("interrupted")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+    with outputs.atomic(path) as tmp:
+        tmp.write_text("new")
+    assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_a_failed_write_is_named_and_leaves_nothing(tmp_path):
+    missing = tmp_path / "no-such-folder" / "x.json"
+    with pytest.raises(LongctxError, match="x.json"), outputs.atomic(missing) as tmp:
+        tmp.write_text("x")
+
+
+def test_a_folder_marked_by_hand_is_one_claim_folder_accepts(tmp_path):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "index.html").write_text("<p>")
+    with pytest.raises(LongctxError, match="did not write"):
+        outputs.claim_folder(folder, "site", write=False)
+    outputs.mark_claimed(folder, "site")
+    assert outputs.claim_folder(folder, "site", write=False) == folder.resolve()
