@@ -1,33 +1,33 @@
 import pytest
 import torch
 
-from longctx import LongctxError, compiling, data, models
+from longctx import LongctxError, compiling, data, models, neuron, padding
 from longctx.train import TrainConfig, make_trainer
 
 
 @pytest.mark.parametrize("pad", [0, -64, 1.5, "128", True])
 def test_bad_padding_multiples_are_refused(pad):
     with pytest.raises(LongctxError, match="positive integer, None or 'auto'"):
-        compiling.resolve_pad(pad, "cpu")
+        padding.resolve_pad(pad, "cpu")
 
 
 def test_auto_padding_follows_trl():
-    assert compiling.resolve_pad("auto", "neuron") == 128 and compiling.resolve_pad("auto", "cpu") is None
+    assert padding.resolve_pad("auto", "neuron") == 128 and padding.resolve_pad("auto", "cpu") is None
 
 
 def test_max_length_must_be_a_multiple_of_the_padding():
     with pytest.raises(LongctxError, match="max_length=384 or 512"):
-        compiling.check_padding(128, 500)
-    assert compiling.check_padding(64, 512) == 64 and compiling.check_padding(None, 500) is None
+        padding.check_padding(128, 500)
+    assert padding.check_padding(64, 512) == 64 and padding.check_padding(None, 500) is None
 
 
 @pytest.mark.parametrize("cores,ok", [("0,1", True), ("2,3", True), ("0-3", True), ("1,2", False), ("0,2", False)])
 def test_neuron_core_sets(cores, ok):
     if ok:
-        assert compiling.check_neuron_cores(cores)
+        assert neuron.check_neuron_cores(cores)
     else:
         with pytest.raises(LongctxError, match="0,1 / 2,3 / 0-3"):
-            compiling.check_neuron_cores(cores)
+            neuron.check_neuron_cores(cores)
 
 
 def test_census_reads_the_trainers_collator(tmp_path):
@@ -36,7 +36,7 @@ def test_census_reads_the_trainers_collator(tmp_path):
     for pad in (None, 32):
         cfg = TrainConfig(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, max_length=128,
                           extra={"pad_to_multiple_of": pad, "disable_tqdm": True})
-        census = compiling.shape_census(make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer()), 4)
+        census = padding.shape_census(make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer()), 4)
         shapes[pad] = census.distinct
     assert all(s[1] % 32 == 0 for s in shapes[32])
     assert len(shapes[32]) <= len(shapes[None])
@@ -62,11 +62,11 @@ def test_compile_structure_from_a_probe_and_its_refusal():
     from longctx import compiling
 
     def probe(shapes, step_compiles):
-        return compiling.CompiledRun(None, compiling.Census(shapes), shapes, compiling.CompileCounter(), 0.0,
+        return compiling.CompiledRun(None, padding.Census(shapes), shapes, compiling.CompileCounter(), 0.0,
                                      step_compiles)
 
     structure = compiling.compile_structure(probe([(4, 96), (4, 128)], [5, 2]))
     assert (structure.per_shape, structure.once) == (2, 3)
-    assert structure.predict(compiling.Census([(4, 64), (4, 96), (4, 64)])) == 3 + 2 * 2
+    assert structure.predict(padding.Census([(4, 64), (4, 96), (4, 64)])) == 3 + 2 * 2
     with pytest.raises(LongctxError, match="2 different batch shapes; it ran 2 steps on 1 shape"):
         compiling.compile_structure(probe([(4, 96), (4, 96)], [5, 0]))

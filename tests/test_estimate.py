@@ -119,6 +119,9 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
                          vocab_size=256)
     with pytest.raises(LongctxError, match="routes each token to 8 of 4 experts"):
         estimate(moe, 128)
+    moe.num_experts = 0
+    with pytest.raises(LongctxError, match="has 0 experts; a mixture-of-experts model needs at least one"):
+        estimate(moe, 128)
     from transformers import MistralConfig
 
     with pytest.raises(LongctxError, match="sliding_window is -1"):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from longctx import LongctxError, guide, rules
+from longctx import guide
 
 
 def test_a_recap_line_shows_ours_to_the_guides_precision():
@@ -18,12 +18,3 @@ def test_this_install_meets_what_the_guide_requires(lever):
     assert len(lines) == len(guide.REQUIREMENTS[lever])
     assert all("meets it" in line or "not installed" in line for line in lines), lines
 
-
-def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
-    from longctx.lengths import MAX_TOKENS
-
-    rules.check("06_one_million_tokens", {"SEQ_LEN": MAX_TOKENS, "GPUS": 8})
-    with pytest.raises(LongctxError, match="estimator"):
-        rules.check("06_one_million_tokens", {"SEQ_LEN": 2 * MAX_TOKENS, "GPUS": 8})
-    with pytest.raises(LongctxError, match="estimator"):
-        rules.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})

@@ -133,10 +133,10 @@ def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
 
 
 def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
-    from longctx import yarn
+    from longctx import base_model
     from longctx.cli import main
 
-    committed = yarn.checkpoint_dir()
+    committed = base_model.checkpoint_dir()
     before = {p.name: p.stat().st_mtime_ns for p in committed.iterdir()}
     assert main(["pretrain", "--steps", "1"]) == 2  # default target: the committed data/yarn-base
     err = capsys.readouterr().err
@@ -146,14 +146,14 @@ def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
     assert main(["pretrain", "--out", str(mine), "--steps", "1"]) == 2
-    out = yarn.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
+    out = base_model.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
     assert (out / "notes.txt").read_text() == "keep me" and (out / "manifest.json").exists()
     assert not (out / "run").exists() and not list(tmp_path.glob(".mine.tmp-*"))
     (out / "model.safetensors").unlink()
     (out / "model.safetensors").mkdir()  # a folder where the weights go: refused before training, nothing moved
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     with pytest.raises(LongctxError, match="model.safetensors is a folder where longctx writes a file"):
-        yarn.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
+        base_model.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 

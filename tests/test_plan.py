@@ -82,3 +82,14 @@ def test_a_model_the_estimator_refuses_is_refused_before_any_worker_starts(tmp_p
         plan.check(models.config(str(bert)), 4096, 1, 80.0)
     with pytest.raises(LongctxError, match="longctx estimates up to"):
         plan.check(models.config("qwen3-4b"), 10**9, 1, 80.0)
+
+
+def test_the_plan_table_is_one_text_for_the_cli_and_the_lesson():
+    steps = [{"levers": ["chunked loss"], "per_gpu_peak_gib": 120.0, "fits": False},
+             {"levers": ["chunked loss", "context parallel ×2"], "per_gpu_peak_gib": 60.5, "fits": True}]
+    result = {"model": "qwen3-4b", "seq_len": 262144, "gpus": 2, "gpu_memory_gib": 80.0, "steps": steps,
+              "cheapest": steps[1]}
+    lines = plan.table(result).splitlines()
+    assert lines[0] == "qwen3-4b at 262,144 tokens, up to 2 GPU(s) of 80 GiB:"
+    assert "over" in lines[1] and "fits" in lines[2] and lines[-1].endswith("(60.5 GiB per GPU)")
+    assert plan.table(dict(result, cheapest=None)).endswith("nothing fits on 2 GPU(s) of 80 GiB: more GPUs or memory")

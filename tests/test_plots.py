@@ -48,3 +48,15 @@ def test_a_setting_the_backend_changes_during_a_plot_survives_it(monkeypatch):
         assert matplotlib.is_interactive()
     finally:
         matplotlib.interactive(False)
+
+
+def test_a_figure_named_after_a_hub_id_or_a_path_is_one_file_in_its_folder(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from longctx import plots
+
+    fig = plt.figure()
+    paths = plots.save_figure(fig, "one_million_rank_Qwen/Qwen3-8B_cp8", tmp_path)
+    plt.close(fig)
+    assert [p.name for p in paths] == ["one_million_rank_Qwen_Qwen3-8B_cp8.png", "one_million_rank_Qwen_Qwen3-8B_cp8.svg"]
+    assert all(p.parent == tmp_path and p.is_file() for p in paths)

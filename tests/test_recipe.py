@@ -2,7 +2,7 @@
 
 import pytest
 
-from longctx import LongctxError, compiling, data, models, recipe, rope, train
+from longctx import LongctxError, compiling, data, models, padding, recipe, rope, train
 from longctx.cp_worker import sft_call as rank_call
 
 CPU = {"use_cpu": True, "bf16": False}  # what a GPU recipe needs to be built on this machine
@@ -54,7 +54,7 @@ def _gpu_calls():
                                      for_device="cuda").sft_call(),
         "context parallelism": rank_call({**spec, "mode": "cp"}, 4),
         "sequence parallelism": rank_call({**spec, "mode": "sp"}, 4),
-        "padding": compiling.padded_config(pad_to_multiple_of=64, steps=2, max_length=512, output_dir="o",
+        "padding": padding.padded_config(pad_to_multiple_of=64, steps=2, max_length=512, output_dir="o",
                                            for_device="cuda").sft_call(),
         "static cache": compiling.grpo_call(cache_implementation="static", steps=2, max_completion_length=16,
                                             output_dir="o", for_device="cuda"),

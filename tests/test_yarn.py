@@ -2,12 +2,12 @@ import numpy as np
 import pytest
 import torch
 
-from longctx import LongctxError, data, yarn
+from longctx import LongctxError, base_model, curves, data, yarn
 
 
 @pytest.fixture(scope="module")
 def base():
-    return yarn.load_base()
+    return base_model.load_base()
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def test_per_token_loss_matches_cross_entropy_of_the_logits(base, windows):
     per_window = yarn.window_losses(base, windows, batch=2, progress=False)
     from transformers import AutoModelForCausalLM
 
-    plain = AutoModelForCausalLM.from_pretrained(yarn.checkpoint_dir(), dtype=torch.float32).eval()
+    plain = AutoModelForCausalLM.from_pretrained(base_model.checkpoint_dir(), dtype=torch.float32).eval()
     with torch.no_grad():
         logits = plain(input_ids=ids).logits[:, :-1].double()
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
@@ -32,30 +32,30 @@ def test_per_token_loss_matches_cross_entropy_of_the_logits(base, windows):
 
 
 def test_unigram_entropy():
-    assert yarn.unigram_entropy([0, 1, 2, 3] * 5) == pytest.approx(np.log(4))
-    assert yarn.unigram_entropy([7] * 9) == 0.0
+    assert curves.unigram_entropy([0, 1, 2, 3] * 5) == pytest.approx(np.log(4))
+    assert curves.unigram_entropy([7] * 9) == 0.0
 
 
 def test_stretches_rise_and_smooth():
     curve = np.r_[np.full(24, 9.0), np.full(26, 4.0), np.full(150, 5.0)]  # positions 25..49: the range's 2nd half
-    assert yarn.stretches(curve, trained=50) == {"in_range": 4.0, "last": 5.0}
-    assert yarn.rise(curve, trained=50) == pytest.approx(1.0)
-    assert np.allclose(yarn.smooth(np.full(10, 3.0), 4), 3.0)  # edges average what they have
+    assert curves.stretches(curve, trained=50) == {"in_range": 4.0, "last": 5.0}
+    assert curves.rise(curve, trained=50) == pytest.approx(1.0)
+    assert np.allclose(curves.smooth(np.full(10, 3.0), 4), 3.0)  # edges average what they have
 
 
 def test_yarn_model_takes_the_settings(base):
-    trained = yarn.trained_length()
-    model = yarn.load_base(wanted=4 * trained, beta_fast=4)
+    trained = base_model.trained_length()
+    model = base_model.load_base(wanted=4 * trained, beta_fast=4)
     params = model.config.rope_parameters
     assert params["rope_type"] == "yarn" and params["factor"] == 4.0 and params["beta_fast"] == 4.0
     assert params["original_max_position_embeddings"] == trained and model.config.max_position_embeddings == 4 * trained
     with pytest.raises(LongctxError, match="does not match the lengths"):
-        yarn.load_base(wanted=4 * trained, factor=8.0)
+        base_model.load_base(wanted=4 * trained, factor=8.0)
 
 
 def test_missing_base_model_names_the_command(tmp_path):
     with pytest.raises(LongctxError, match="longctx pretrain"):
-        yarn.load_base(tmp_path)
+        base_model.load_base(tmp_path)
 
 
 def test_text_windows_pick_the_split():

@@ -43,10 +43,10 @@ def _cmd_figures(args) -> None:
 
 
 def _cmd_pretrain(args) -> None:
-    from . import yarn
+    from . import base_model
 
-    kwargs = {k: getattr(args, k) for k in yarn.BASE if getattr(args, k, None) is not None}
-    out = yarn.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
+    kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k, None) is not None}
+    out = base_model.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
     print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
 
 
@@ -158,20 +158,14 @@ def _cmd_estimate(args) -> None:
 
 def _cmd_plan(args) -> None:
     from . import versions
-    from .plan import plan
+    from .plan import plan, table
 
     result = plan(args.model, parse_length(args.seq_len), gpus=args.gpus, gpu_memory_gib=args.gpu_memory,
                   mixed_precision=args.mixed_precision, progress=not args.json)
     if args.json:
         print(json.dumps(dict(result, versions=versions()), indent=2))
         return
-    print(f"{args.model} at {result['seq_len']:,} tokens, up to {args.gpus} GPU(s) of {args.gpu_memory:g} GiB:")
-    for step in result["steps"]:
-        mark = "fits" if step["fits"] else "over"
-        print(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {mark:4s}  {' + '.join(step['levers'])}")
-    cheapest = result["cheapest"]
-    print(f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
-          if cheapest else f"nothing fits on {args.gpus} GPU(s) of {args.gpu_memory:g} GiB: more GPUs or memory")
+    print(table(result))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -305,7 +299,26 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"longctx: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the output itself cannot be written: `longctx list > /dev/full`, a full disk
+        import errno
+
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or args.debug:
+            raise
+        _discard_stdout()
+        where = f" {exc.filename}" if exc.filename else " the output"
+        print(f"longctx: error: could not write{where}: {exc.strerror}. Free space or write elsewhere.", file=sys.stderr)
+        return 1
     return 0
+
+
+def _discard_stdout() -> None:
+    """What stdout still holds goes nowhere, so the interpreter's last flush does not fail a second time."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

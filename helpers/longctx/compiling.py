@@ -7,9 +7,9 @@ On a CPU, torch.compile with dynamic shapes turned off behaves the same way and 
 - `compile_settings` turns automatic dynamic shapes off (as the guide does on Neuron), raises dynamo's
   recompile limit so that no shape silently falls back to eager (which would make the unpadded run
   look cheap), and gives each timed run a fresh inductor cache (a warm cache hides compile time);
-- `shape_census` reads a trainer's own dataloader and lists the batch shapes it will produce, so the
-  number of compiles is known before anything compiles: `CompileStructure.predict` multiplies the shapes
-  by the graphs each shape costs (`compile_structure`, measured once by a probe run on two shapes).
+- `padding.shape_census` reads a trainer's own dataloader and lists the batch shapes it will produce, so
+  the number of compiles is known before anything compiles: `CompileStructure.predict` multiplies the
+  shapes by the graphs each shape costs (`compile_structure`, measured once by a probe run on two shapes).
 """
 
 from __future__ import annotations
@@ -23,10 +23,7 @@ from dataclasses import dataclass, field
 
 from . import quiet
 from .errors import LongctxError
-
-# The guide: NEURON_RT_VISIBLE_CORES accepts these subsets of a trn2.3xlarge's 4 logical cores; other
-# pairs (e.g. 1,2) fail when the Neuron runtime sets up collectives across them.
-NEURON_CORE_SETS = ("0", "1", "2", "3", "0,1", "2,3", "0-3")
+from .padding import Census, check_padding, padded_trainer, shape_census
 
 
 @dataclass
@@ -126,76 +123,6 @@ def _restore_env(name: str, value: str | None) -> None:
         os.environ[name] = value
 
 
-def resolve_pad(pad_to_multiple_of, device_type: str):
-    """What TRL's `pad_to_multiple_of` means on `device_type`: "auto" is 128 on Neuron and None elsewhere
-    (trl 1.16, SFTConfig.__post_init__). Bad values are refused with the accepted forms."""
-    if pad_to_multiple_of == "auto":
-        return 128 if device_type == "neuron" else None
-    if pad_to_multiple_of is None:
-        return None
-    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of <= 0:
-        raise LongctxError(f"pad_to_multiple_of must be a positive integer, None or 'auto', got {pad_to_multiple_of!r}.")
-    return pad_to_multiple_of
-
-
-def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str = "cpu"):
-    """Resolve the padding multiple and refuse a max_length that is not a multiple of it: truncated
-    sequences would be padded past max_length to the next multiple, a shape the census did not plan for."""
-    pad = resolve_pad(pad_to_multiple_of, device_type)
-    if pad and max_length and max_length % pad:
-        lower, upper = max_length // pad * pad, -(-max_length // pad) * pad
-        raise LongctxError(f"max_length={max_length} is not a multiple of pad_to_multiple_of={pad}: use "
-                           f"max_length={lower or upper} or {upper}, or another padding multiple.")
-    return pad
-
-
-def check_neuron_cores(value: str | None) -> str | None:
-    """Refuse NEURON_RT_VISIBLE_CORES values the guide says the Neuron runtime cannot use."""
-    if value is None:
-        return None
-    cleaned = value.replace(" ", "")
-    if cleaned not in NEURON_CORE_SETS:
-        raise LongctxError(f"NEURON_RT_VISIBLE_CORES={value!r} is not a core set the Neuron runtime supports for "
-                           f"collectives; use one core or one of 0,1 / 2,3 / 0-3.")
-    return cleaned
-
-
-@dataclass
-class Census:
-    shapes: list[tuple[int, ...]]  # the input_ids shape of every batch, in order
-
-    @property
-    def distinct(self) -> list[tuple[int, ...]]:
-        return sorted(set(self.shapes))
-
-    @property
-    def tokens(self) -> int:  # positions fed to the model, padding included
-        return sum(_numel(s) for s in self.shapes)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def shape_census(trainer, steps: int) -> Census:
-    """The input shapes of the first `steps` batches of `trainer`'s own dataloader (its collator, its
-    padding, its order): what the compiled model will be fed."""
-    shapes = []
-    loader = trainer.get_train_dataloader()
-    while len(shapes) < steps:
-        before = len(shapes)
-        for batch in loader:
-            shapes.append(tuple(batch["input_ids"].shape))
-            if len(shapes) == steps:
-                break
-        if len(shapes) == before:
-            raise LongctxError("the trainer's dataloader is empty.")
-    return Census(shapes)
-
-
 @dataclass
 class CompileStructure:
     """How many compiles one new shape costs (per_shape) and how many happen once (once)."""
@@ -231,31 +158,6 @@ class CompiledRun:
         return {"pad_to_multiple_of": self.pad_to_multiple_of, "shapes": len(self.census.distinct),
                 "padded_tokens": self.census.tokens, "seconds": self.seconds, **self.counter.summary(),
                 "step_compiles": self.step_compiles}
-
-
-def padded_config(*, pad_to_multiple_of, steps: int, backend: str | None = "inductor", batch_size: int = 4,
-                  max_length: int | None = None, output_dir: str, seed: int = 0, compile: bool = True,
-                  for_device: str | None = None):
-    """The TrainConfig of the trainer the lesson compiles (see `padded_trainer`)."""
-    from .train import TrainConfig
-
-    extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
-    if compile:
-        extra.update(torch_compile=True, torch_compile_backend=backend)
-    return TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                       max_length=max_length, seed=seed, logging_steps=steps, extra=extra, for_device=for_device)
-
-
-def padded_trainer(model, dataset, *, pad_to_multiple_of, steps: int, backend: str | None = "inductor",
-                   batch_size: int = 4, max_length: int | None = None, output_dir: str, processing_class=None,
-                   seed: int = 0, compile: bool = True):
-    """The SFTTrainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or "auto",
-    which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
-    from .train import make_trainer
-
-    cfg = padded_config(pad_to_multiple_of=pad_to_multiple_of, steps=steps, backend=backend, batch_size=batch_size,
-                        max_length=max_length, output_dir=output_dir, seed=seed, compile=compile)
-    return make_trainer(model, dataset, cfg, processing_class=processing_class)
 
 
 def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, backend: str = "inductor", batch_size: int = 4,
@@ -336,25 +238,3 @@ def grpo_call(*, cache_implementation: str | None, steps: int, max_completion_le
         activation_checkpointing=True))  # GRPOConfig's own default, under transformers 5.24's name for it
 
 
-def default_backend(device_type: str):
-    """The torch.compile backend a run uses on `device_type`: Neuron's own (None lets TRL/transformers pick
-    it, as the guide does), inductor elsewhere."""
-    return None if device_type == "neuron" else "inductor"
-
-
-def trainers_with_padding_option() -> list[str]:
-    """TRL config classes that expose `pad_to_multiple_of` (read from trl itself, not typed in)."""
-    import dataclasses
-
-    import trl
-
-    names = []
-    for name in dir(trl):
-        if name.endswith("Config") and not name.startswith("_"):
-            try:
-                cls = getattr(trl, name)
-            except Exception:  # lazy imports of optional extras
-                continue
-            if dataclasses.is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in dataclasses.fields(cls)):
-                names.append(name.removesuffix("Config"))
-    return sorted(names)

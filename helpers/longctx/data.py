@@ -467,9 +467,10 @@ def long_sequences(
     return _windows(stream, seq_len, n, seed)
 
 
-def check_dataset(dataset: str) -> str:
+def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
     """The text source a name stands for: "corpus", a `datasets` hub id or a local folder/file of parquet.
-    Refused before any download: script-only ids (named with their parquet copy) and unknown names."""
+    Refused before any download: script-only ids (named with their parquet copy), unknown names, and a local
+    source without the `splits` a run reads (held-out text is the "test" split)."""
     if not isinstance(dataset, str) or not dataset:
         raise LongctxError(f"dataset must be a name, got {dataset!r}; use 'corpus' or a hub id such as {PG19!r}.")
     dataset = ALIASES.get(dataset, dataset)
@@ -483,10 +484,34 @@ def check_dataset(dataset: str) -> str:
     if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
         raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files (the hub's "
                            "data/train-*.parquet layout) or a hub id.")
+    if path.exists():
+        _check_local_splits(path, splits)
     if dataset == CORPUS or path.exists() or HUB_ID.match(dataset):
         return dataset
     raise LongctxError(f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
                        f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR}).")
+
+
+def _check_local_splits(path: Path, splits: tuple[str, ...]) -> None:
+    """The splits datasets will find in a local source, read by its own rules (data/train-*.parquet, test.parquet,
+    a train/ folder; a lone file is all "train"). A README.md that declares `configs` defines its own, so it is
+    trusted as it is."""
+    from datasets.data_files import EmptyDatasetError, get_data_patterns
+
+    if path.is_file():
+        found = {"train"}
+    elif (path / "README.md").is_file() and "configs:" in (path / "README.md").read_text(errors="replace"):
+        return
+    else:
+        try:
+            found = {str(split) for split in get_data_patterns(str(path))}
+        except EmptyDatasetError:
+            found = set()
+    missing = [s for s in splits if s not in found]
+    if missing:
+        raise LongctxError(f"{path} has no {' or '.join(repr(s) for s in missing)} split"
+                           f"{' (it has ' + ', '.join(sorted(found)) + ')' if found else ''}: longctx reads 'train' and, "
+                           "for held-out text, 'test' (files data/train-*.parquet and data/test-*.parquet).")
 
 
 def held_out_split(dataset: str) -> str:

@@ -234,14 +234,14 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None) -> N
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source, before any kernel starts
         from .data import check_dataset
 
-        check_dataset(values["DATASET"])
+        check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
     for key in MODEL_PARAMETERS:
         if isinstance(values.get(key), str):
             from .models import check_spec
 
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if notebook.stem == "02_yarn" and {**declared, **values}.get("MODEL") == "base":  # the committed base model
-        from .yarn import manifest
+        from .base_model import manifest
 
         manifest()
     if isinstance(values.get("DTYPE"), str):

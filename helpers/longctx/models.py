@@ -121,6 +121,20 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
                        "holding one, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + ".")
 
 
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")  # what from_pretrained reads
+
+
+def has_weights(spec: str) -> bool:
+    """Whether `spec` can be loaded with weights: a preset (random, seeded) or a hub id always; a local path
+    only when it is a model folder holding weight files (a config.json alone describes a model, for estimates)."""
+    if spec in PRESETS:
+        return True
+    path = user_path(spec, "The model")
+    if not path.exists():
+        return bool(HUB_ID.match(spec))
+    return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
+
+
 def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
     from transformers import AutoConfig, Qwen3Config

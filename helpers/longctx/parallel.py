@@ -39,10 +39,12 @@ def padded_length(seq_len: int, cp_size: int) -> int:
 def attention_kinds(cfg) -> set[str]:
     """The attention kinds a config's layers use ("full_attention", "sliding_attention", ...)."""
     cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
-    # Mistral-style configs have only `sliding_window`; Qwen-style ones also a `use_sliding_window` switch
+    layer_types = getattr(cfg, "layer_types", None)
+    kinds = set(layer_types or ["full_attention"])
+    # Mistral-style configs have only `sliding_window` (then every layer slides); Qwen-style ones also a
+    # `use_sliding_window` switch
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
-        kinds.add("sliding_attention")
+        kinds = kinds | {"sliding_attention"} if layer_types else {"sliding_attention"}
     if getattr(cfg, "attention_chunk_size", None):
         kinds.add("chunked_attention")
     return kinds

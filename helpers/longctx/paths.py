@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,3 +64,9 @@ def build_dir() -> Path:
 
 def notebooks_dir() -> Path:
     return REPO / "notebooks"
+
+
+def slug(value) -> str:
+    """A file-name-safe form of any value (a hub id, a path, a list): runs of other characters become "_"."""
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"

@@ -77,6 +77,20 @@ def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precisi
             "mixed_precision": mixed_precision, "steps": rows, "cheapest": cheapest}
 
 
+def table(result: dict) -> str:
+    """The plan as lines of text: one per step, then the cheapest step that fits (what `longctx plan` prints)."""
+    lines = [f"{result['model']} at {result['seq_len']:,} tokens, up to {result['gpus']} GPU(s) of "
+             f"{result['gpu_memory_gib']:g} GiB:"]
+    for step in result["steps"]:
+        lines.append(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {'fits' if step['fits'] else 'over':4s}  "
+                     f"{' + '.join(step['levers'])}")
+    cheapest = result["cheapest"]
+    lines.append(f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
+                 if cheapest else f"nothing fits on {result['gpus']} GPU(s) of {result['gpu_memory_gib']:g} GiB: "
+                 "more GPUs or memory")
+    return "\n".join(lines)
+
+
 def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
     """The guide's "naive" per-GPU figure: one saved `seq × hidden` input per layer (checkpointing), on one GPU."""
     return cfg.num_hidden_layers * seq_len * cfg.hidden_size * dtype_bytes / GIB

@@ -71,8 +71,11 @@ def panels(ncols: int, figsize: tuple[float, float]):
 @styled
 def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
     """Write `name`.png and `name`.svg (no timestamps, so identical inputs give identical files)."""
+    from .paths import slug
+
     folder = Path(folder or os.environ.get("LONGCTX_FIGURES") or "figures")
     folder.mkdir(parents=True, exist_ok=True)
+    name = slug(name)  # a figure named after a hub id or a path stays one file in this folder
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]
     for path, metadata in zip(paths, ({"Software": None}, {"Date": None, "Creator": None})):
         with atomic(path) as tmp:  # a full disk leaves no truncated figure
@@ -227,7 +230,7 @@ def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, un
                         window: int = 32, title: str | None = None):
     """Per-token loss against position, one faint raw line and one smoothed line per curve, the end of
     the trained range marked, and the unigram entropy as a reference level."""
-    from .yarn import smooth
+    from .curves import smooth
 
     ax = axes(ax)
     for name, curve in curves.items():
@@ -249,7 +252,7 @@ def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, un
 @styled
 def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: int = 32, label: str = "difference"):
     """A paired per-position difference (smoothed) around zero, the trained range marked."""
-    from .yarn import smooth
+    from .curves import smooth
 
     ax = axes(ax)
     ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)

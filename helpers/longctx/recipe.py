@@ -146,5 +146,7 @@ def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after:
     packages = [t.__module__.split(".")[0] for t in call.targets()]
     packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
     title = lever if isinstance(lever, str) else " + ".join(lever)
+    note = "# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n" \
+        if call.target.__module__.startswith("trl.") else ""
     print(f"# {title}: printed from the lesson's own config ({', '.join(f'{p} {version(p)}' for p in packages)})\n"
-          + snippet(call, lever, name=name) + (f"\n\n{after}" if after else ""))
+          + note + snippet(call, lever, name=name) + (f"\n\n{after}" if after else ""))

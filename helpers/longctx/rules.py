@@ -25,6 +25,17 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _local_model(value: str) -> bool:
+    """Whether a model name is a local model: a config.json, or a folder holding one."""
+    from .paths import user_path
+
+    try:
+        path = user_path(value, "The model")
+    except LongctxError:
+        return False
+    return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
+
+
 def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     """Why `value` breaks `rule` (None when it does not)."""
     if isinstance(rule, list):
@@ -47,6 +58,14 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
 
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
         return None if ok else f"must be a whole number of tokens from 1 to {MAX_TOKENS:,} (what the estimator takes)"
+    if rule == "weights":  # a model the lesson loads with its weights and trains
+        from .models import PRESETS, has_weights
+
+        # names that are no model at all are refused afterwards, with the list of what is (models.check_spec)
+        if not isinstance(value, str) or value in (*PRESETS, "base") or not _local_model(value) or has_weights(value):
+            return None
+        return ("has no weights to load (a config.json describes a model for estimates only): give a model folder "
+                "with its weight files, a hub id, or a preset")
     if rule == "integer":
         return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
     if rule == "pad":  # pad_to_multiple_of: None, "auto" or a positive whole number
@@ -81,6 +100,11 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
             step = 2 * max(ranks) if ranks else 2
             named = f"the largest of {arg}" if isinstance(given, list) else arg
             return None if not _number(value) or value % step == 0 else f"must be a multiple of 2 × {named} = {step}"
+        if kind == "needed_unless":  # needed, except when another parameter has the given value
+            (other, exempt), = arg.items()
+            if params.get(other) == exempt or value:
+                return None
+            return f"must be set when {other} is not {exempt!r}"
         if kind == "contains":  # 1 in [True] is True in Python; a flag is not a count
             found = isinstance(value, list) and any(v == arg and type(v) is type(arg) for v in value)
             return None if found else f"must contain {arg!r}"

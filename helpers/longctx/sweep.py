@@ -23,7 +23,6 @@ import itertools
 import json
 import math
 import os
-import re
 import shutil
 import socket
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from pathlib import Path
 from . import children, outputs
 from .errors import LongctxError, check_choice
 from .memory.profile import MIB
-from .paths import REPO, build_dir, user_path
+from .paths import REPO, build_dir, slug, user_path
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 MAX_POINTS = 10_000
@@ -141,8 +140,8 @@ class Sweep:
     def _inputs(self, point: dict) -> dict:
         """Fingerprints of the local files a point reads: model folders and datasets its parameters name
         (the base model for "base"), and the data folder. Replaced weights or edited data make a new experiment."""
+        from .base_model import checkpoint_dir
         from .harness import PATH_PARAMETERS
-        from .yarn import checkpoint_dir
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
@@ -152,7 +151,7 @@ class Sweep:
 
     def folder(self, point: dict) -> Path:
         # readable grid values, then the key: two points never share a folder, a changed setting gets a new one
-        name = "__".join(f"{k}-{_slug(v)}" for k, v in point.items())[:120]
+        name = "__".join(f"{k}-{slug(v)}" for k, v in point.items())[:120]
         return self.out / "points" / f"{name}__{self.key(point)}"
 
     def pending(self) -> list[dict]:
@@ -186,11 +185,6 @@ def _fingerprint(path: Path) -> str:
         if stat.st_size < 8 * MIB:
             digest.update(f.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def _slug(value) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "_"
 
 
 def is_done(folder: Path, key: str | None = None) -> bool:
@@ -476,5 +470,5 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
     ax.set_ylabel(metric)
     ax.set_title(f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
-    plots.save_figure(ax.figure, f"sweep_{_slug(metric)}", sweep.out)
+    plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
     return ax

@@ -1,139 +1,15 @@
-"""The YaRN lesson's pieces: a base model with a known trained range, per-token loss along a sequence,
-and the unigram entropy of the same text.
-
-`pretrain()` trains a small Qwen3-shaped model from scratch on the corpus at a short length (a real TRL
-SFTTrainer run on raw text windows), so every position it has seen is below that length. Its RoPE base
-(100) lets even the slowest rotary pairs turn part-way round inside the trained range. That is a choice,
-not a requirement: bases of 1,000 and 10,000 trained the same way rose about as much past the range.
-"""
+"""The YaRN lesson's measurements: models loaded with or without YaRN (the pretrained base, `base_model`, or
+a hub / local model), text windows, and per-token loss along a sequence (statistics of it: `curves`)."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
-import math
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from .errors import LongctxError
-from .paths import data_dir, user_path
-from .rules import SEED_LIMIT
-
-BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
-    "preset": "small", "rope_theta": 100.0, "seq_len": 128, "steps": 1000, "batch": 32, "learning_rate": 3e-3,
-    "warmup_steps": 100, "seed": 0,
-}
-
-
-def command(params: dict) -> str:
-    """The `longctx pretrain` command line that rebuilds a model with `params`."""
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
-    return f"longctx pretrain {flags}"
-
-
-def checkpoint_dir() -> Path:
-    return data_dir() / "yarn-base"
-
-
-def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rope_theta: float = BASE["rope_theta"],
-             seq_len: int = BASE["seq_len"], steps: int = BASE["steps"], batch: int = BASE["batch"],
-             learning_rate: float = BASE["learning_rate"], warmup_steps: int = BASE["warmup_steps"],
-             seed: int = BASE["seed"], progress: bool = True, force: bool = False) -> Path:
-    """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`. A
-    folder that already holds a model (the committed data/yarn-base by default) is refused before
-    training unless `force`, and then only the model's own files are replaced."""
-    from . import data, models, outputs
-    from .train import TrainConfig, run_sft
-
-    _check_pretrain_args(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
-                         learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
-    model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                   "tokenizer_config.json", "manifest.json", data.CHECKSUMS}
-    if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
-        raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
-                           "folder of its own, e.g. --out data/my-base.")
-    out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
-    params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
-                  learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
-    rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
-    model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
-    dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
-    with outputs.staging(out) as tmp:
-        cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), max_steps=steps, per_device_train_batch_size=batch,
-                          learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=warmup_steps,
-                          seed=seed, logging_steps=max(1, steps // 20), extra={"disable_tqdm": not progress})
-        result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
-        if not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
-            # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
-            raise LongctxError(f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "
-                               f"{out}. Lower --learning-rate or check --rope-theta.")
-        files = Path(tmp) / "model"
-        model.save_pretrained(files, safe_serialization=True)
-        data.tokenizer().save_pretrained(files)
-        manifest = {"params": params, "trained_length": seq_len, "final_loss": result.losses[-1],
-                    "losses": result.losses, "seconds": result.seconds, "command": command(params),
-                    "params_count": models.n_params(model), "created": time.strftime("%Y-%m-%d")}
-        (files / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        data.write_checksums(files)
-        outputs.place(files, out, "pretrain")  # the training run's folder goes with the temporary one
-    return out
-
-
-def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_rate, warmup_steps, seed) -> None:
-    """Every `longctx pretrain` option in range, named by its flag, before a model is built."""
-    from . import data, models
-
-    if models.preset(preset).config.get("vocab_size") != data.VOCAB_SIZE:
-        cpu = [name for name, p in models.PRESETS.items() if p.config.get("vocab_size") == data.VOCAB_SIZE]
-        raise LongctxError(f"--preset {preset}: pretraining runs on this machine's CPU over the corpus's "
-                           f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}.")
-    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
-    for flag, value, low in (("--seq-len", seq_len, 2), ("--steps", steps, 1), ("--batch", batch, 1),
-                             ("--warmup-steps", warmup_steps, 0), ("--seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise LongctxError(f"{flag} must be an integer ≥ {low}, got {value!r}.")
-    if seed >= SEED_LIMIT:
-        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {seed}.")
-    for flag, value in (("--learning-rate", learning_rate), ("--rope-theta", rope_theta)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise LongctxError(f"{flag} must be a positive finite number, got {value!r}.")
-    if steps * batch * seq_len > 2**28:  # the windows are built in memory before training
-        raise LongctxError(f"--steps × --batch × --seq-len = {steps * batch * seq_len:,} tokens, over the {2**28:,} "
-                           "this CPU pretraining takes; lower one of them.")
-
-
-def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None,
-              beta_fast: float | None = None):
-    """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from . import rope
-
-    path = Path(path or checkpoint_dir())
-    trained = manifest(path)["trained_length"]
-    cfg = AutoConfig.from_pretrained(path)
-    if wanted is not None:
-        cfg = rope.with_yarn(cfg, trained, wanted, factor=factor, beta_fast=beta_fast)
-    model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=torch.float32)
-    model.eval()
-    return model
-
-
-def manifest(path: str | Path | None = None) -> dict:
-    """The base model's manifest.json (its parameters, losses and the command that built it)."""
-    path = Path(path or checkpoint_dir())
-    if not (path / "manifest.json").is_file():
-        raise LongctxError(f"No pretrained base model at {path}: the repository ships one in data/yarn-base (check "
-                           "LONGCTX_DATA, which moves data/), or build one with `longctx pretrain --out DIR`.")
-    return json.loads((path / "manifest.json").read_text())
-
-
-def trained_length(path: str | Path | None = None) -> int:
-    return manifest(path)["trained_length"]
 
 
 @torch.no_grad()
@@ -162,14 +38,6 @@ def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> n
     return torch.cat([nll.mean(1) for nll in _token_losses(model, dataset, batch, progress, "window losses")]).numpy()
 
 
-def unigram_entropy(ids) -> float:
-    """Entropy (nats per token) of the token frequencies in `ids` (any array of token ids): the loss of a
-    model that knows how often each token occurs in this text and nothing about order."""
-    counts = np.bincount(np.asarray(ids).ravel()).astype(np.float64)
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
-
-
 def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None,
                dtype: str = "fp32"):
     """"base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
@@ -178,6 +46,8 @@ def load_model(spec: str, *, trained: int | None = None, wanted: int | None = No
     from . import models, rope
 
     if spec == "base":
+        from .base_model import load_base
+
         return load_base(wanted=wanted, beta_fast=beta_fast)
     if not trained:
         raise LongctxError(f"{spec}: give its trained length (TRAINED_LENGTH) to place the YaRN rescaling.")
@@ -227,21 +97,3 @@ def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out:
                                tokenizer=tokenizer, seed=seed)
 
 
-def stretches(curve: np.ndarray, trained: int, tail: float = 0.2) -> dict:
-    """Mean of a per-position curve over the second half of the trained range (enough context, no
-    extrapolation) and over the last `tail` of positions."""
-    return {"in_range": float(curve[trained // 2:trained - 1].mean()),
-            "last": float(curve[int((1 - tail) * len(curve)):].mean())}
-
-
-def rise(curve: np.ndarray, trained: int, tail: float = 0.2) -> float:
-    """How much the loss over the last `tail` of positions exceeds the loss inside the trained range
-    (see `stretches`): the lesson's measure of "climbs past its range"."""
-    s = stretches(curve, trained, tail)
-    return s["last"] - s["in_range"]
-
-
-def smooth(curve: np.ndarray, window: int) -> np.ndarray:
-    """Moving average (same length; the edges average what they have)."""
-    kernel = np.ones(window)
-    return np.convolve(curve, kernel, "same") / np.convolve(np.ones_like(curve), kernel, "same")

@@ -57,6 +57,9 @@ def check_model(cfg) -> None:
             raise LongctxError(f"The config's {name} is {value}; it must be a positive integer (fix config.json).")
     experts = next((v for n in ("num_experts", "num_local_experts") if isinstance(v := getattr(text, n, None), int)), None)
     per_token = getattr(text, "num_experts_per_tok", None)
+    if experts is not None and experts < 1 and (experts < 0 or "moe" in text.model_type or per_token):
+        raise LongctxError(f"The config has {experts} experts; a mixture-of-experts model needs at least one "
+                           "(fix num_experts in config.json).")
     if experts and isinstance(per_token, int) and not 0 < per_token <= experts:
         raise LongctxError(f"The config routes each token to {per_token} of {experts} experts; num_experts_per_tok must "
                            "be from 1 to the number of experts (fix config.json).")

@@ -41,10 +41,15 @@ class MemoryProfile:
         """The bytes per category after the last recorded event."""
         return dict(zip(CATEGORIES, (int(x) for x in self.timeline[-1]))) if len(self.timeline) else {}
 
+    def last_row(self, phase: str) -> int | None:
+        """The timeline row of `phase`'s last event (None when the profile has no such phase)."""
+        rows = [i for i, p in enumerate(self.phases) if p == phase]
+        return rows[-1] if rows else None
+
     def end_of(self, phase: str) -> dict[str, int]:
         """The bytes per category at the last event of `phase` (e.g. what forward left for backward)."""
-        rows = [i for i, p in enumerate(self.phases) if p == phase]
-        return dict(zip(CATEGORIES, (int(x) for x in self.timeline[rows[-1]]))) if rows else {}
+        row = self.last_row(phase)
+        return dict(zip(CATEGORIES, (int(x) for x in self.timeline[row]))) if row is not None else {}
 
     def max_by_category(self) -> dict[str, int]:
         return dict(zip(CATEGORIES, (int(x) for x in self.timeline.max(axis=0)))) if len(self.timeline) else {}

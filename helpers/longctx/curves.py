@@ -1,0 +1,34 @@
+"""Statistics of per-token loss curves (one mean loss per position): stretches, rise, smoothing, and the
+unigram entropy line they are read against."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def unigram_entropy(ids) -> float:
+    """Entropy (nats per token) of the token frequencies in `ids` (any array of token ids): the loss of a
+    model that knows how often each token occurs in this text and nothing about order."""
+    counts = np.bincount(np.asarray(ids).ravel()).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def stretches(curve: np.ndarray, trained: int, tail: float = 0.2) -> dict:
+    """Mean of a per-position curve over the second half of the trained range (enough context, no
+    extrapolation) and over the last `tail` of positions."""
+    return {"in_range": float(curve[trained // 2:trained - 1].mean()),
+            "last": float(curve[int((1 - tail) * len(curve)):].mean())}
+
+
+def rise(curve: np.ndarray, trained: int, tail: float = 0.2) -> float:
+    """How much the loss over the last `tail` of positions exceeds the loss inside the trained range
+    (see `stretches`): the lesson's measure of "climbs past its range"."""
+    s = stretches(curve, trained, tail)
+    return s["last"] - s["in_range"]
+
+
+def smooth(curve: np.ndarray, window: int) -> np.ndarray:
+    """Moving average (same length; the edges average what they have)."""
+    kernel = np.ones(window)
+    return np.convolve(curve, kernel, "same") / np.convolve(np.ones_like(curve), kernel, "same")

@@ -1,0 +1,47 @@
+"""Parameter values a lesson cannot use, refused by the harness before a kernel starts."""
+
+import shutil
+
+import pytest
+
+from longctx import LongctxError, data, models, rules
+
+
+def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
+    from longctx.lengths import MAX_TOKENS
+
+    rules.check("06_one_million_tokens", {"SEQ_LEN": MAX_TOKENS, "GPUS": 8})
+    with pytest.raises(LongctxError, match="estimator"):
+        rules.check("06_one_million_tokens", {"SEQ_LEN": 2 * MAX_TOKENS, "GPUS": 8})
+    with pytest.raises(LongctxError, match="estimator"):
+        rules.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})
+
+
+
+def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
+    models.config("tiny").save_pretrained(tmp_path)  # config.json only
+    for value in (str(tmp_path), str(tmp_path / "config.json")):
+        with pytest.raises(LongctxError, match="no weights"):
+            rules.check("03_activation_offload", {"MODEL": value})
+    rules.check("06_one_million_tokens", {"MODEL": str(tmp_path / "config.json"), "GPUS": 8, "SEQ_LEN": 4096})
+    rules.check("03_activation_offload", {"MODEL": str(data.data_dir() / "yarn-base")})  # a folder with weights
+    rules.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it
+
+
+def test_yarn_on_another_model_needs_its_trained_length():
+    rules.check("02_yarn", {"MODEL": "base", "TRAINED_LENGTH": 0})
+    rules.check("02_yarn", {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 32768})
+    with pytest.raises(LongctxError, match="TRAINED_LENGTH=0 must be set when MODEL is not 'base'"):
+        rules.check("02_yarn", {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
+
+
+def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):
+    source = data.data_dir() / "corpus-parquet"
+    if not source.is_dir():
+        pytest.skip("the parquet copy of the corpus is built by `longctx data`")
+    assert data.check_dataset(str(source), splits=("train", "test")) == str(source)
+    (tmp_path / "data").mkdir()
+    shutil.copy(next(source.glob("data/train-*.parquet")), tmp_path / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(LongctxError, match="no 'test' split"):
+        data.check_dataset(str(tmp_path), splits=("train", "test"))
+    assert data.check_dataset(str(tmp_path)) == str(tmp_path)  # training text alone is enough elsewhere
