@@ -468,3 +468,20 @@ def test_names_the_library_gives_a_meaning_are_not_read_as_local_folders(tmp_pat
         assert harness._absolute(name) == name
     (tmp_path / "my-model").mkdir()
     assert harness._absolute("my-model") == str(tmp_path / "my-model")
+
+
+def test_verifying_a_data_folder_that_is_not_there_creates_nothing(tmp_path, monkeypatch, capsys):
+    from longctx.cli import main
+
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "elsewhere"))
+    assert main(["data", "--verify"]) == 2
+    assert "nothing to verify" in capsys.readouterr().err and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_rehearsal_names_the_command_that_builds_what_it_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path))
+    with pytest.raises(LongctxError, match="longctx pretrain --out"):
+        harness.size_params(harness.notebooks()["03_activation_offload"], "rehearsal")
+    (tmp_path / "yarn-base").mkdir()  # the model there, the parquet copy of the corpus not
+    with pytest.raises(LongctxError, match="`longctx data` builds it"):
+        harness.size_params(harness.notebooks()["02_yarn"], "rehearsal")

@@ -34,8 +34,8 @@ def test_host_pool_through_trainer_train(tmp_path):
     trainer = train.make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer())
     trainer.train()
     mcfg = models.config("tiny")
-    assert trainer.host_pool.to_host_bytes == 2 * offload.host_bytes_per_step(mcfg.num_hidden_layers, 64,
-                                                                              mcfg.hidden_size, 4)
+    expected = 2 * offload.host_bytes_per_step(mcfg.num_hidden_layers, 64, mcfg.hidden_size, 4)
+    assert train.host_pool(trainer).to_host_bytes == expected
 
 
 @pytest.mark.parametrize("kwargs,device,fragment", [
@@ -67,3 +67,10 @@ def test_upstream_offload_still_crashes_on_cpu():
     ids = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(RuntimeError, match="pin_memory"):
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+
+def test_a_trainer_without_the_host_pool_has_none(tmp_path):
+    cfg = train.TrainConfig(output_dir=str(tmp_path), max_steps=1, extra={"disable_tqdm": True})
+    trainer = train.make_trainer(models.load("tiny"), data.long_sequences(64, 2, seed=0), cfg,
+                                 processing_class=data.tokenizer())
+    assert train.host_pool(trainer) is None and not hasattr(trainer, "host_pool")

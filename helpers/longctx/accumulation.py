@@ -72,7 +72,7 @@ def _order(dataset, seed: int) -> list[int]:
 def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, big_order: list[int]):
     """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide. Runs
     on the device the trainers used (a GPU where there is one), so all three gradients come from one kind
-    of kernel."""
+    of kernel. Lesson 00's "Look inside" shows the same loop on a one-layer model."""
     from .models import to_device
 
     model = to_device(model_fn())

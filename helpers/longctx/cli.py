@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import LongctxError
@@ -71,9 +72,13 @@ def _cmd_list(args) -> None:
 
 def _cmd_data(args) -> None:
     from . import data
-    from .paths import data_dir
+    from .paths import data_dir, user_path
 
     if args.verify:
+        named = os.environ.get("LONGCTX_DATA")
+        if named and not user_path(named, "LONGCTX_DATA").is_dir():  # verifying creates nothing
+            raise LongctxError(f"LONGCTX_DATA={named} does not exist: there is nothing to verify. Build the data there "
+                               "with `longctx data`, or unset LONGCTX_DATA to verify the repository's data/.")
         problems = data.verify()
         if problems:
             raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems)

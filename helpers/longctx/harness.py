@@ -74,6 +74,13 @@ def size_params(notebook: Path, size: str) -> dict:
 
         rehearsal = {k: v.format(data=data_dir()) if isinstance(v, str) else v
                      for k, v in _size_file(notebook, REHEARSAL).items()}
+        for key, raw in _size_file(notebook, REHEARSAL).items():
+            if isinstance(raw, str) and "{data}" in raw and not Path(rehearsal[key]).exists():
+                fix = (f"`longctx pretrain --out {rehearsal[key]}` builds a base model there" if "yarn-base" in raw
+                       else "`longctx data` builds it")
+                raise LongctxError(f"The rehearsal size reads {key}={rehearsal[key]}, which is not there (the data folder "
+                                   f"is {data_dir()}; LONGCTX_DATA moves it). {fix[0].upper() + fix[1:]}, or unset "
+                                   "LONGCTX_DATA to use the repository's data/.")
         return {**_size_file(notebook, "gpu"), **rehearsal}
     return _size_file(notebook, size)
 
@@ -293,8 +300,8 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     executed = out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
         old.unlink(missing_ok=True)
-    env_before = {k: os.environ.get(k) for k in ("LONGCTX_OUT", "LONGCTX_FIGURES", "LONGCTX_SIZE")}
-    os.environ.update(LONGCTX_OUT=str(out), LONGCTX_FIGURES=str(out / "figures"), LONGCTX_SIZE=size)
+    env_before = {k: os.environ.get(k) for k in ("LONGCTX_OUT", "LONGCTX_SIZE")}
+    os.environ.update(LONGCTX_OUT=str(out), LONGCTX_SIZE=size)  # the kernel's session reads them
     start = time.perf_counter()
     writing = executed.with_name(f".{executed.stem}.tmp{os.getpid()}.ipynb")  # renamed into place once whole
     try:

@@ -57,6 +57,17 @@ class Session:
         self.results.update(jsonable(values))
         return values
 
+    @property
+    def figures(self) -> Path:
+        """Where this run's figures go (what `longctx figures` and the site collect)."""
+        return self.out / "figures"
+
+    def save_figure(self, fig, name: str) -> list[Path]:
+        """`name`.png and .svg of `fig` in this run's figures folder."""
+        from . import plots
+
+        return plots.save_figure(fig, name, self.figures)
+
     def save(self) -> Path:
         from datetime import datetime, timezone
 
@@ -77,7 +88,6 @@ def start(notebook: str, params: dict) -> Session:
     quiet.for_lessons()
     out = Path(os.environ.get("LONGCTX_OUT") or build_dir() / notebook / "interactive")
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("LONGCTX_FIGURES", str(out / "figures"))
     v = versions()
     print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
     return Session(notebook, dict(params), out)

@@ -49,7 +49,8 @@ class HostPool:
     """Separately accounted host memory for saved activations on a CPU (see the module docstring).
 
     `to_host_bytes` / `to_device_bytes` count the copies a real device would make over its host link
-    (device→host in forward, host→device in backward); `bytes` is what the pool holds now."""
+    (device→host in forward, host→device in backward); `bytes` is what the pool holds now. The mechanism, a
+    pair of saved-tensor hooks, is rebuilt in a few lines in lesson 03's "Look inside"."""
 
     bytes: int = 0
     peak_bytes: int = 0

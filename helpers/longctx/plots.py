@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -69,11 +68,12 @@ def panels(ncols: int, figsize: tuple[float, float]):
 
 
 @styled
-def save_figure(fig, name: str, folder: str | Path | None = None) -> list[Path]:
-    """Write `name`.png and `name`.svg (no timestamps, so identical inputs give identical files)."""
+def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
+    """Write `name`.png and `name`.svg into `folder` (no timestamps, so identical inputs give identical files;
+    a lesson writes through its session: `session.save_figure`)."""
     from .paths import slug
 
-    folder = Path(folder or os.environ.get("LONGCTX_FIGURES") or "figures")
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     name = slug(name)  # a figure named after a hub id or a path stays one file in this folder
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]

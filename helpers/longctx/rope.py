@@ -87,7 +87,8 @@ def turns(cfg, trained: int) -> np.ndarray:
 
 def pair_scaling(cfg, trained: int, wanted: int, **betas) -> np.ndarray:
     """How YaRN treats each rotary pair: its rescaled frequency over its own (1 = left alone, 1/factor =
-    fully interpolated, between = the ramp), from transformers' own YaRN function."""
+    fully interpolated, between = the ramp), from transformers' own YaRN function. Lesson 02's "Look inside"
+    reads the same ratio off the loaded models' rotary modules and checks it against this."""
     import torch
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 

@@ -153,20 +153,31 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
     trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, eval_dataset=eval_dataset,
                   processing_class=processing_class, callbacks=callbacks)
     quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
-    trainer.host_pool = pool  # read by longctx.memory.trainer_step (None without the CPU offload stand-in)
     return trainer
+
+
+def host_pool(trainer):
+    """The offload.HostPool of a trainer built with offload="host-pool" (None otherwise). It is held by the
+    trainer's own callback, which installs it when training starts."""
+    return next((cb.pool for cb in trainer.callback_handler.callbacks if isinstance(cb, _HostPoolHolder)), None)
+
+
+class _HostPoolHolder:
+    pool = None
 
 
 def _host_pool_callback(pool):
     from transformers import TrainerCallback
 
-    class HostPoolOffload(TrainerCallback):
+    class HostPoolOffload(TrainerCallback, _HostPoolHolder):
         """Trainer.train() enables checkpointing just before on_train_begin; swap in the pool's hooks then."""
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             pool.install(model)
 
-    return HostPoolOffload()
+    callback = HostPoolOffload()
+    callback.pool = pool
+    return callback
 
 
 def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,

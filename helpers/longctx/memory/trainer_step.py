@@ -20,7 +20,9 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     optimizer = trainer.optimizer
     batch = batch if batch is not None else first_batch(trainer)
     model.train()
-    pool = getattr(trainer, "host_pool", None)
+    from ..train import host_pool
+
+    pool = host_pool(trainer)
     if pool is not None:  # the CPU offload stand-in (TrainConfig(offload="host-pool"))
         pool.install(model)
     elif trainer.args.activation_checkpointing:  # Trainer.train() turns it on; a lone measured step must too
