@@ -23,6 +23,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     for value in (str(tmp_path), str(tmp_path / "config.json")):
         with pytest.raises(LongctxError, match="no weights"):
             rules.check("03_activation_offload", {"MODEL": value})
+    rules.check("03_activation_offload", {"MODEL": str(tmp_path)}, weights=False)  # a dry run: weights come later
     rules.check("06_one_million_tokens", {"MODEL": str(tmp_path / "config.json"), "GPUS": 8, "SEQ_LEN": 4096})
     rules.check("03_activation_offload", {"MODEL": str(data.data_dir() / "yarn-base")})  # a folder with weights
     rules.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it

@@ -224,9 +224,9 @@ def _absolute(value):
     return str(path) if path.exists() else value
 
 
-def check_parameters(notebook: Path, values: dict, size: str | None = None) -> None:
+def check_parameters(notebook: Path, values: dict, size: str | None = None, *, weights: bool = True) -> None:
     """Names, types, ranges and relations of `values` against the notebook's parameters cell and rules.yaml
-    (at `size`: a CPU size also bounds the processes a run starts)."""
+    (at `size`: a CPU size also bounds the processes a run starts; `weights`: see rules.check)."""
     declared = declared_parameters(notebook)
     for key, value in values.items():
         if key not in declared:
@@ -237,7 +237,7 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None) -> N
     from . import rules
 
     on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
-    rules.check(notebook.stem, {**declared, **values}, on_cpu=on_cpu)
+    rules.check(notebook.stem, {**declared, **values}, on_cpu=on_cpu, weights=weights)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source, before any kernel starts
         from .data import check_dataset
 
