@@ -72,3 +72,10 @@ def test_tokenizer_for_gives_each_model_its_own():
     # a model folder (the committed base model in hub format) brings its own tokenizer
     own = yarn.tokenizer_for(str(data_dir() / "yarn-base"))
     assert own.name_or_path == str(data_dir() / "yarn-base")
+
+
+def test_the_onset_is_where_the_smoothed_curve_leaves_its_in_range_level():
+    curve = np.concatenate([np.full(100, 4.0), np.full(50, 4.0), np.linspace(4.0, 6.0, 100)])
+    at = curves.onset(curve, trained=100, window=4)
+    assert 150 < at < 170 and curve[at] > 4.25 - 0.05  # the ramp crosses 4.25 a little after 150
+    assert curves.onset(np.full(300, 4.0), trained=100, window=4) is None

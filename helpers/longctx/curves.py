@@ -32,3 +32,12 @@ def smooth(curve: np.ndarray, window: int) -> np.ndarray:
     """Moving average (same length; the edges average what they have)."""
     kernel = np.ones(window)
     return np.convolve(curve, kernel, "same") / np.convolve(np.ones_like(curve), kernel, "same")
+
+
+def onset(curve: np.ndarray, trained: int, *, window: int, threshold: float = 0.25) -> int | None:
+    """The first position past the trained range where the smoothed curve stands `threshold` nats above its
+    in-range level (see `stretches`): where "the loss starts climbing" is read off a curve. None: it never does."""
+    level = stretches(curve, trained)["in_range"]
+    smoothed = smooth(curve, window)
+    above = np.flatnonzero(smoothed[trained:] > level + threshold)
+    return int(trained + above[0]) if above.size else None

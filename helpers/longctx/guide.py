@@ -38,6 +38,8 @@ NAIVE_8B_1M = Figure(288, "Qwen3-8B, 1,048,576 tokens: one saved input per layer
                      "(GB, the guide's naive count)", 0.01, "arithmetic")
 LAST_STRETCH_PLAIN = Figure(7.3, "Qwen3, last 20k of 160k tokens, no rescaling: mean per-token loss (nats)")
 LAST_STRETCH_YARN = Figure(2.8, "... with YaRN (nats)")
+ONSET_PLAIN = Figure(70000, "Qwen3-4B without rescaling: where its per-token loss starts to climb, read off the "
+                     "guide's figure (tokens; 40,960 trained)")
 FIRST_LOSS_1M = Figure(4.311, "Qwen3-8B, 1,048,576 tokens with YaRN: first logged training loss (nats)")
 # TRL's Trainium guide (huggingface.co/docs/trl/en/trainium), measured on one NeuronCore of a trn2 chip
 TRAINIUM_UNPADDED_OVER_PAD128 = Figure(2.0, "Qwen3-0.6B, 20 SFT steps on a NeuronCore: time unpadded / padded to 128 "

@@ -127,6 +127,8 @@ class TrainResult:
     best_eval_loss: float | None
     config: dict
     step_seconds: list[float] = field(default_factory=list)  # each optimizer step alone (run_sft's timer)
+    # TRL's count of the tokens trained on so far (attention-mask tokens of every process), per logged step
+    num_tokens: list[int] = field(default_factory=list)
 
     @property
     def steady_seconds_per_step(self) -> float | None:
@@ -230,6 +232,7 @@ def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_eval_loss=None if best is None or math.isnan(best) else float(best), config=asdict(cfg),
         step_seconds=list(step_seconds or []),
+        num_tokens=[int(r["num_tokens"]) for r in train_rows if "num_tokens" in r],
     )
 
 
