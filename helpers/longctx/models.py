@@ -108,6 +108,11 @@ def _check_not_empty(spec) -> None:
                            "folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'.")
 
 
+def is_local_config(path: Path) -> bool:
+    """A local model: a config.json, or a folder holding one."""
+    return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
+
+
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model name that is none of: a preset, an existing config.json or
     model folder, a hub id ('org/name'), or (notebook 02) "base"."""
@@ -115,7 +120,7 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
         return
-    if (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json"):
+    if is_local_config(path):
         return
     raise LongctxError(f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or a model folder "
                        "holding one, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + ".")

@@ -27,13 +27,13 @@ def _number(value) -> bool:
 
 def _local_model(value: str) -> bool:
     """Whether a model name is a local model: a config.json, or a folder holding one."""
+    from .models import is_local_config
     from .paths import user_path
 
     try:
-        path = user_path(value, "The model")
+        return is_local_config(user_path(value, "The model"))
     except LongctxError:
         return False
-    return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
 
 
 def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
