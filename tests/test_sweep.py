@@ -279,20 +279,49 @@ def _left_behind(sid: int, out: Path) -> list[int]:
     return found
 
 
+# The CLI under a harness that prints every thread's stack on SIGUSR1: a sweep that ignores Ctrl-C says where.
+_WITH_STACKS = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+                "from longctx.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _why_still_running(pid: int, out: Path, log: Path) -> str:
+    """What a hung sweep is doing: its threads' stacks, and every process of its session or under `out`."""
+    os.kill(pid, signal.SIGUSR1)
+    time.sleep(2)
+    rows = []
+    for p in sorted(set(_left_behind(pid, out)) | {pid}):
+        try:
+            cmd = (Path("/proc") / str(p) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+            state = (Path("/proc") / str(p) / "status").read_text().splitlines()[2]
+            rows.append(f"{p} sid={os.getsid(p)} {state} {cmd}")
+        except OSError:
+            pass
+    return "\n".join(rows) + "\n--- output and stacks ---\n" + log.read_text(errors="replace")[-8000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs):
     if jobs > (os.cpu_count() or 1):
         pytest.skip(f"--jobs {jobs} needs {jobs} CPU cores")
-    out = tmp_path / "sw"
-    proc = subprocess.Popen(_cli(out, "--jobs", str(jobs)), start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    out, log = tmp_path / "sw", tmp_path / "sweep.log"
+    # output to a file, not a pipe: the sweep's own exit is measured, whatever else still holds its output
+    args = [sys.executable, "-c", _WITH_STACKS, *_cli(out, "--jobs", str(jobs))[3:]]
+    with log.open("w") as sink:
+        proc = subprocess.Popen(args, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
     while len(list((out / "points").glob(".*.tmp-*"))) < jobs and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert proc.poll() is None, proc.stdout.read()
+    assert proc.poll() is None, log.read_text()
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
-    text = proc.communicate(timeout=60)[0]
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        why = _why_still_running(proc.pid, out, log)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"the sweep did not stop within 60 s of Ctrl-C:\n{why}")
+    text = log.read_text()
     assert proc.returncode == 130, text
     assert "longctx: interrupted" in text and "Traceback" not in text, text
     time.sleep(2)  # a kernel already starting when the sweep was interrupted
