@@ -6,7 +6,7 @@ YaRN factor 32 on the 32,768 trained positions, checkpointing with offload, padd
 joined end to end (the parquet copy emozilla/pg19; deepmind/pg19 is a script dataset that datasets >= 4
 refuses). Check the memory of this exact set-up first, on any machine (fake tensors, no GPU):
 
-    longctx plan --model qwen3-8b --seq-len 1M --gpus 8 --gpu-memory 80 --mixed-precision
+    longctx plan --model qwen3-8b --seq-len 1M --gpus 8 --gpu H100-80GB --mixed-precision
 
 then, on the node:
 

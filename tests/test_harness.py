@@ -339,7 +339,7 @@ def test_empty_values_and_folders_are_named(capsys):
     assert main(["run", "00", "--size", "ci", "--out", ""]) == 2
     assert "--out is empty" in capsys.readouterr().err
     assert main(["plan", "--model", "qwen3-4b", "--seq-len", "1M", "--gpu-memory", "inf"]) == 2
-    assert "(--gpu-memory) must be a positive number" in capsys.readouterr().err
+    assert "GPU memory must be a positive number of GiB or a card" in capsys.readouterr().err
 
 
 def test_cp_lengths_and_dataset_files_are_checked_before_a_kernel(tmp_path):

@@ -134,15 +134,19 @@ def _cmd_presets(args) -> None:
 
 
 def _cmd_estimate(args) -> None:
-    from . import versions
+    from . import cards, versions
     from .memory.estimate import estimate
 
+    if args.gpu is not None:
+        cards.capacity(args.gpu)  # a typo is refused before the estimate runs
     profile = estimate(args.model, parse_length(args.seq_len), loss=args.loss, checkpointing=not args.no_checkpointing,
                        offload=args.offload, dtype=args.dtype, batch=args.batch, cp_size=args.cp_size,
                        mixed_precision=args.mixed_precision, device=args.device, optim=args.optim,
                        attn_implementation=args.attn)
     summary = profile.summary()
     summary["versions"] = versions()
+    if args.gpu is not None:
+        summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
@@ -159,14 +163,18 @@ def _cmd_estimate(args) -> None:
                   f"that transformers builds for {args.attn}" + (f" (sliding window of {window:,} tokens)" if window else "")
                   + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
                   "builds none: estimate with it to see the difference.")
+        if args.gpu is not None:
+            print(f"{args.gpu}: {summary['fit']}")
 
 
 def _cmd_plan(args) -> None:
-    from . import versions
+    from . import cards, versions
     from .plan import plan, table
 
-    result = plan(args.model, parse_length(args.seq_len), gpus=args.gpus, gpu_memory_gib=args.gpu_memory,
+    gib, how = cards.capacity(args.gpu)
+    result = plan(args.model, parse_length(args.seq_len), gpus=args.gpus, gpu_memory_gib=gib,
                   mixed_precision=args.mixed_precision, progress=not args.json)
+    result["capacity"] = how
     if args.json:
         print(json.dumps(dict(result, versions=versions()), indent=2))
         return
@@ -245,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optim", default="fused",
                    help="AdamW implementation: fused (the Trainer's default adamw_torch_fused), foreach, for-loop")
     p.add_argument("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
+    p.add_argument("--gpu", default=None,
+                   help="say whether the peak fits a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200) or a number "
+                        "of GiB, and what the estimate does not count")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_estimate)
 
@@ -252,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="preset or config.json path (any model family)")
     p.add_argument("--seq-len", required=True, help="tokens: 98304, 96k, 1M")
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
-    p.add_argument("--gpu-memory", type=float, default=80.0, help="memory per GPU, GiB")
+    p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB",
+                   help="each GPU: a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) "
+                        "or a number of GiB (default H100-80GB)")
     p.add_argument("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)

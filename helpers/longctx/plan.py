@@ -38,7 +38,7 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
         raise LongctxError(f"gpus (--gpus) {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
                            f"it models); use --gpus {lower} (or {lower * 2}).")
     if not (isinstance(gpu_memory_gib, (int, float)) and math.isfinite(gpu_memory_gib) and gpu_memory_gib > 0):
-        raise LongctxError(f"gpu_memory_gib (--gpu-memory) must be a positive number of GiB, got {gpu_memory_gib!r}.")
+        raise LongctxError(f"gpu_memory_gib (--gpu) must be a positive number of GiB, got {gpu_memory_gib!r}.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
     from .memory.estimate import check_levers
@@ -61,7 +61,7 @@ def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precisi
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`)."""
     from tqdm.auto import tqdm
 
-    from . import children, models
+    from . import cards, children, models
 
     cfg = models.config(model)
     check(cfg, seq_len, gpus, gpu_memory_gib)
@@ -74,7 +74,8 @@ def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precisi
              "gpus": kw.get("cp_size", 1)} for (levers, kw), (peak, secs) in zip(steps, results)]
     cheapest = next((r for r in rows if r["fits"]), None)
     return {"model": model, "seq_len": seq_len, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
-            "mixed_precision": mixed_precision, "steps": rows, "cheapest": cheapest}
+            "mixed_precision": mixed_precision, "steps": rows, "cheapest": cheapest,
+            "not_counted": cards.unmodelled(max(r["gpus"] for r in rows))}
 
 
 def table(result: dict) -> str:
@@ -88,6 +89,9 @@ def table(result: dict) -> str:
     lines.append(f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
                  if cheapest else f"nothing fits on {result['gpus']} GPU(s) of {result['gpu_memory_gib']:g} GiB: "
                  "more GPUs or memory")
+    if result.get("capacity"):
+        lines.append(f"capacity: {result['capacity']}")
+    lines += [f"  not counted: {term}" for term in result.get("not_counted", [])]
     return "\n".join(lines)
 
 

@@ -1,0 +1,86 @@
+"""GPU cards as a capacity: what the driver reports for each card, where a public record shows it, and the
+memory an estimate does not model, named next to every "fits / does not fit".
+
+A card sold as "80 GB" is not 80 GiB of room for a training step. The driver reports a total (what
+`nvidia-smi` prints as "Total" and `torch.cuda.get_device_properties(i).total_memory` returns); of that,
+the CUDA context, NCCL's buffers and the allocator's rounding take a part the estimate leaves out
+(`UNMODELLED`). `longctx estimate/plan --gpu NAME` compares against the reported total and names those
+terms; measure them on your own card with benchmarks/gpu_check.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .errors import LongctxError
+from .memory.profile import GIB, MIB
+
+# nvidia-smi's totals as a cloud provider listed them for its fleet (modal-labs/modal-client pull request 2797,
+# github.com/modal-labs/modal-client/pull/2797, January 2025)
+_NVIDIA_SMI_TOTALS = "nvidia-smi totals listed in github.com/modal-labs/modal-client/pull/2797"
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str
+    sold_gb: int  # the size it is sold as, in decimal GB (the vendor's datasheet)
+    reported_mib: int | None  # the driver's total (nvidia-smi, MiB), where a public record shows it
+    source: str
+
+    @property
+    def capacity_gib(self) -> float:
+        """The memory a step can count on at most: the driver's total, else the datasheet's size."""
+        return self.reported_mib * MIB / GIB if self.reported_mib else self.sold_gb * 1e9 / GIB
+
+    def describe(self) -> str:
+        if self.reported_mib:
+            return f"{self.name}: {self.capacity_gib:.2f} GiB reported by the driver ({self.source})"
+        return (f"{self.name}: {self.capacity_gib:.2f} GiB, the datasheet's {self.sold_gb} GB (the driver's total for "
+                "this card is not on record here; it is smaller: measure it with benchmarks/gpu_check.py)")
+
+
+CARDS = {c.name: c for c in (
+    Card("H100-80GB", 80, 81559, _NVIDIA_SMI_TOTALS),
+    Card("A100-80GB", 80, 81920, _NVIDIA_SMI_TOTALS),
+    Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS),
+    Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS),
+    Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)"),
+)}
+
+# What a real step holds on the card that the fake-tensor estimate does not trace, each a labelled term.
+UNMODELLED = {
+    "CUDA context": "the driver's and the kernels' own memory outside torch's allocator, taken when CUDA starts "
+                    "(total - free after torch.cuda.init(), with nothing allocated)",
+    "allocator rounding": "the caching allocator rounds each block up and keeps freed blocks cached "
+                          "(torch.cuda.memory_reserved() - memory_allocated() at the peak)",
+    "NCCL buffers": "the communicator's buffers for the ring's exchanges, with context parallelism only "
+                    "(NCCL_BUFFSIZE per channel and peer)",
+}
+
+
+def capacity(gpu: str | float | int) -> tuple[float, str]:
+    """(GiB, how it was found) for a card name from CARDS or a number of GiB."""
+    if isinstance(gpu, str) and gpu.upper() in {k.upper() for k in CARDS}:
+        card = next(c for k, c in CARDS.items() if k.upper() == gpu.upper())
+        return card.capacity_gib, card.describe()
+    try:
+        gib = float(gpu)
+    except (TypeError, ValueError):
+        raise LongctxError(f"Unknown GPU {gpu!r}; use one of {', '.join(CARDS)}, or a number of GiB.") from None
+    if not (math.isfinite(gib) and gib > 0):
+        raise LongctxError(f"GPU memory must be a positive number of GiB or a card ({', '.join(CARDS)}), got {gpu!r}.")
+    return gib, f"{gib:g} GiB as given"
+
+
+def unmodelled(cp_size: int = 1) -> list[str]:
+    """The labelled terms a fit verdict leaves out (NCCL's only when the step communicates)."""
+    return [f"{name}: {why}" for name, why in UNMODELLED.items() if name != "NCCL buffers" or cp_size > 1]
+
+
+def verdict(peak_gib: float, gpu: str | float | int, cp_size: int = 1) -> str:
+    """'fits'/'does not fit' on a card, the room left, and the terms it does not count."""
+    gib, how = capacity(gpu)
+    room = gib - peak_gib
+    head = (f"fits {how}, with {room:.2f} GiB left" if room >= 0 else f"does not fit {how}: {-room:.2f} GiB over")
+    return head + "; not counted: " + "; ".join(unmodelled(cp_size))

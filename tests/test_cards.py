@@ -1,0 +1,56 @@
+"""Cards as a capacity: the driver's reported total where a public record shows it, and the terms an estimate
+does not count, named beside every verdict."""
+
+import json
+
+import pytest
+from transformers import LlamaConfig
+
+from longctx import LongctxError, cards
+from longctx.cli import main
+from longctx.memory.profile import GIB, MIB
+
+
+def test_a_card_is_its_reported_total_not_its_name():
+    gib, how = cards.capacity("H100-80GB")
+    assert gib == 81559 * MIB / GIB < 80  # an "80 GB" card reports about 79.6 GiB
+    assert "modal-labs/modal-client" in how
+    assert cards.capacity("h100-80gb")[0] == gib  # as people type it
+    assert cards.capacity(40)[0] == cards.capacity("40")[0] == 40.0
+    h200, how = cards.capacity("H200")  # no driver total on record: the datasheet's decimal GB, said so
+    assert h200 == 141e9 / GIB and "not on record" in how
+
+
+@pytest.mark.parametrize("bad", ["H100", "0", "-8", "nan", "inf", None])
+def test_unknown_cards_and_impossible_sizes_are_refused_with_the_list(bad):
+    with pytest.raises(LongctxError, match="H100-80GB"):
+        cards.capacity(bad)
+
+
+def test_the_verdict_names_what_it_leaves_out():
+    fits = cards.verdict(70.0, "A100-80GB")
+    assert fits.startswith("fits") and "CUDA context" in fits and "allocator rounding" in fits
+    assert "NCCL" not in fits  # one GPU exchanges nothing
+    over = cards.verdict(79.9, "H100-80GB", cp_size=4)
+    assert over.startswith("does not fit") and "NCCL buffers" in over
+    assert f"{79.9 - 81559 * MIB / GIB:.2f}".lstrip("-") in over
+
+
+def _config(tmp_path):
+    LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2).save_pretrained(tmp_path)
+    return str(tmp_path / "config.json")
+
+
+def test_estimate_and_plan_say_the_card_and_what_is_not_counted(tmp_path, capsys):
+    model = _config(tmp_path)
+    assert main(["estimate", "--model", model, "--seq-len", "1k", "--gpu", "L40S"]) == 0
+    out = capsys.readouterr().out
+    assert "L40S: fits L40S: 44.99 GiB reported by the driver" in out and "CUDA context" in out
+    assert main(["estimate", "--model", model, "--seq-len", "1k", "--gpu", "0.001", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fit"].startswith("does not fit 0.001 GiB as given")
+    assert main(["estimate", "--model", model, "--seq-len", "1k", "--gpu", "B300"]) == 2  # refused before estimating
+    assert "Unknown GPU 'B300'" in capsys.readouterr().err
+    assert main(["plan", "--model", model, "--seq-len", "2k", "--gpus", "2", "--gpu", "A100-40GB"]) == 0
+    out = capsys.readouterr().out
+    assert "capacity: A100-40GB: 40.00 GiB reported by the driver" in out and "not counted: NCCL buffers" in out
