@@ -179,3 +179,55 @@ def test_the_estimate_dtype_wins_over_a_dtype_the_config_names():
     fp32 = estimate(named, 256, dtype="fp32", device="cpu")
     assert fp32.meta["fixed_gib"] == estimate(models.config("tiny"), 256, dtype="fp32", device="cpu").meta["fixed_gib"]
     assert fp32.meta["saved_layer_tensors"] == models.PRESETS["tiny"].config["num_hidden_layers"]
+
+
+def _llama_params(c) -> int:
+    h, kv = c.hidden_size, c.num_key_value_heads * c.head_dim
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * c.intermediate_size + 2 * h  # q, o; k, v; gate, up, down; 2 norms
+    return c.num_hidden_layers * per_layer + c.vocab_size * h + h  # tied head: the embedding counts once; final norm
+
+
+def _adamw_steps(c) -> int:
+    """AdamW's step counters: one fp32 scalar per parameter tensor (9 per layer, the embedding, the final norm)."""
+    return 4 * (9 * c.num_hidden_layers + 2)
+
+
+def _llama_backward_peak_bytes(c, s: int) -> int:
+    """A Llama-family step's peak by hand, from the model's code, for the default levers (bf16, chunked loss,
+    checkpointing, fused AdamW, flash attention): the last decoder layer, recomputed, in its MLP's backward.
+    Each term is a tensor the code keeps alive at that moment (names as in transformers' LlamaDecoderLayer)."""
+    h, inter, layers, vocab = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    heads, d = c.num_attention_heads, c.head_dim
+    kv = c.num_key_value_heads * d
+    params = _llama_params(c)
+    bf16, fp32 = 2, 4
+    fixed = 3 * params * bf16 + _adamw_steps(c)  # weights; AdamW's exp_avg and exp_avg_sq in the weights' dtype
+    grads = h * inter * bf16 + h * bf16  # down_proj's weight (its backward just ran) and the final norm's
+    saved_inputs = layers * s * h * bf16  # checkpointing: each layer's input
+    recomputed = (6 * s * h * bf16  # both norms' normalised input and output, RoPE'd q, attention output
+                  + 2 * s * h * fp32  # both norms' fp32 copy of their input (kept for the variance's backward)
+                  + 2 * s * kv * bf16  # RoPE'd k and v, kept by the attention kernel
+                  + s * heads * fp32  # the attention's log-sum-exp
+                  + 3 * s * inter * bf16)  # gate_proj and up_proj outputs, SiLU(gate)
+    rotary = 2 * s * d * bf16  # cos and sin, built once per step
+    backward = (s * h * bf16  # the gradient arriving at the layer's output
+                + 3 * s * inter * bf16  # the gradient of down_proj's input, and the two it splits into
+                + vocab * h * bf16)  # the tied head's weight gradient, held until the embedding's backward
+    return fixed + grads + saved_inputs + recomputed + rotary + backward
+
+
+@pytest.mark.slow
+def test_a_held_out_family_on_the_gpu_path_matches_a_formula_written_from_its_code():
+    """Llama-3.2-1B's shapes (not a preset): the CUDA-path estimate within 3% of the hand count at two lengths."""
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                      num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
+                      max_position_embeddings=131072)
+    for s in (32768, 65536):
+        p = estimate(cfg, s)
+        assert p.meta["device"] == "cuda" and p.peak_phase == "backward"
+        formula = _llama_backward_peak_bytes(cfg, s)
+        assert abs(p.peak_bytes / formula - 1) < 0.03, (s, p.peak_bytes, formula)
+        assert p.meta["params"] == _llama_params(cfg)
+        assert p.meta["fixed_gib"] * 2**30 == 6 * _llama_params(cfg) + _adamw_steps(cfg)  # weights + AdamW, exactly
