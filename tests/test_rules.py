@@ -46,3 +46,16 @@ def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):
     with pytest.raises(LongctxError, match="no 'test' split"):
         data.check_dataset(str(tmp_path), splits=("train", "test"))
     assert data.check_dataset(str(tmp_path)) == str(tmp_path)  # training text alone is enough elsewhere
+
+
+@pytest.mark.parametrize("notebook", ["01_chunked_loss", "03_activation_offload", "06_one_million_tokens"])
+def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(notebook):
+    from longctx import harness
+
+    path = harness.resolve(notebook)
+    for ok in ("A100-80GB", "h200", "79.5"):
+        harness.check_parameters(path, {"GPU": ok}, "ci")
+    for bad, fragment in (("H100", "Unknown GPU 'H100'; use one of H100-80GB"), ("-1", "must be a positive number"),
+                          (79.5, "quote it to pass it as text")):
+        with pytest.raises(LongctxError, match=fragment):
+            harness.check_parameters(path, {"GPU": bad}, "ci")

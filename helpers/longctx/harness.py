@@ -232,8 +232,9 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         if key not in declared:
             raise LongctxError(f"{notebook.stem} has no parameter {key!r}. Its parameters: {', '.join(declared)}.")
         if not _type_ok(declared[key], value):
+            quote = f" (quote it to pass it as text: -p '{key}=\"{value}\"')" if isinstance(declared[key], str) else ""
             raise LongctxError(f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
-                               f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}.")
+                               f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}{quote}.")
     from . import rules
 
     on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"

@@ -58,6 +58,14 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
 
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
         return None if ok else f"must be a whole number of tokens from 1 to {MAX_TOKENS:,} (what the estimator takes)"
+    if rule == "card":  # a GPU the estimates are held against
+        from .cards import capacity
+
+        try:
+            capacity(value)
+        except LongctxError as exc:
+            return f"is not a card: {str(exc).rstrip('.')}"
+        return None
     if rule == "weights":  # a model the lesson loads with its weights and trains
         from .models import PRESETS, has_weights
 
