@@ -41,7 +41,7 @@ def measure_cuda(step, *, model, optimizer=None, snapshot: str | Path | None = N
             torch.cuda.memory._record_memory_history(enabled=None)
     profile = tracker.profile("memtracker+cuda-allocator")
     peak = torch.cuda.max_memory_allocated(device)
-    profile.meta.update(allocator_peak_bytes=peak, allocator_baseline_bytes=baseline, allocator_peak_gib=peak / GIB,
-                        tracker_over_allocator=profile.peak_bytes / peak if peak else None,
-                        snapshot=str(snapshot) if snapshot else None)
+    profile.note("cuda_allocator", allocator_peak_bytes=peak, allocator_baseline_bytes=baseline,
+                 allocator_peak_gib=peak / GIB, tracker_over_allocator=profile.peak_bytes / peak if peak else None,
+                 snapshot=str(snapshot) if snapshot else None)
     return profile

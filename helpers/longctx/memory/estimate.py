@@ -294,8 +294,8 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     profile = tracker.profile("fake-tensors" if fake else "memtracker")
     first = dict(zip(CATEGORIES, profile.timeline[0]))
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    profile.meta.update(
-        model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
+    profile.note(
+        "estimate", model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
         seq_len=seq_len, batch=batch, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype,
         cp_size=cp_size, tokens_per_rank=seq_len // cp_size, mixed_precision=mixed_precision,
         device=device, optim=optim, attn_implementation=attn_implementation,

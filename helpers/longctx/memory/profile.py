@@ -11,6 +11,19 @@ MIB = 2**20
 # The categories every profile reports, in stacking order (bottom first).
 CATEGORIES = ("parameters", "buffers", "gradients", "optimizer", "activations", "temporaries", "other")
 PHASES = ("forward", "backward", "optimizer")
+# What each producer records in MemoryProfile.meta, in one place: a key means one thing whoever made the profile
+# (MemoryProfile.note refuses a key its producer has not declared).
+META_KEYS = {
+    "estimate": ("model", "seq_len", "batch", "loss", "checkpointing", "offload", "dtype", "cp_size", "tokens_per_rank",
+                 "mixed_precision", "device", "optim", "attn_implementation", "params", "fixed_gib",
+                 "per_layer_saved_gib", "saved_layer_tensors", "hidden_sized_tensors", "sliding_window",
+                 "attention_mask_gib", "device_peak_gib", "wall_seconds"),
+    "trainer_step": ("trainable_params", "trainable_tensors", "total_params", "tokens", "loss_value",
+                     # the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
+                     "host_peak_bytes", "host_peak_tensors", "to_host_bytes", "to_device_bytes"),
+    "cuda_allocator": ("allocator_peak_bytes", "allocator_baseline_bytes", "allocator_peak_gib",
+                       "tracker_over_allocator", "snapshot"),
+}
 
 
 @dataclass
@@ -31,7 +44,14 @@ class MemoryProfile:
     host_bytes: np.ndarray | None = None  # bytes offloaded to host memory, per timeline row
     band_bytes: int = 0  # size of one decoder layer's saved input
     bands: np.ndarray | None = None  # how many such saved inputs are alive, per timeline row
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # written through note(); its keys are declared in META_KEYS
+
+    def note(self, producer: str, **values) -> None:
+        """Record `values` in meta under the keys `producer` declared in META_KEYS."""
+        undeclared = sorted(set(values) - set(META_KEYS[producer]))
+        if undeclared:
+            raise KeyError(f"{producer} records undeclared meta keys {undeclared}; declare them in META_KEYS")
+        self.meta.update(values)
 
     @property
     def peak_gib(self) -> float:

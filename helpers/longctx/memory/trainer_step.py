@@ -43,10 +43,10 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     band = tokens * model.config.get_text_config().hidden_size * next(model.parameters()).element_size()
     profile = measure(step, model=model, optimizer=optimizer, band_bytes=band, host_pool=pool)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    profile.meta.update(
-        trainable_params=sum(p.numel() for p in trainable), trainable_tensors=len(trainable),
+    profile.note(
+        "trainer_step", trainable_params=sum(p.numel() for p in trainable), trainable_tensors=len(trainable),
         total_params=sum(p.numel() for p in model.parameters()),
-        tokens=tokens, loss=losses[0], **(pool.summary() if pool is not None else {}),
+        tokens=tokens, loss_value=losses[0], **(pool.summary() if pool is not None else {}),
     )
     return profile
 
