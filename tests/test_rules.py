@@ -59,3 +59,21 @@ def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(no
                           (79.5, "quote it to pass it as text")):
         with pytest.raises(LongctxError, match=fragment):
             harness.check_parameters(path, {"GPU": bad}, "ci")
+
+
+def test_a_length_no_step_on_this_machine_could_hold_is_refused_before_a_kernel_starts(monkeypatch):
+    from types import SimpleNamespace
+
+    import psutil
+
+    from longctx import harness
+
+    with pytest.raises(LongctxError, match=r"needs at least [\d.]+ GiB \(what each layer must keep\).*lower it"):
+        harness.check_parameters(harness.resolve("00"), {"SEQ_LEN": 10**9}, "cpu")  # from the config: instant
+    with pytest.raises(LongctxError, match="and the logits"):
+        harness.check_parameters(harness.resolve("01"), {"SEQ_LEN": 2**18}, "cpu")
+    rules.check("00_memory_primer", {"MODEL": "small", "SEQ_LEN": 10**9, "BATCH": 8}, on_cpu=False)  # a GPU's own
+    # near the machine's memory the config's floor is not enough: the step's estimate decides
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=0.08 * 2**30))
+    with pytest.raises(LongctxError, match=r"needs about [\d.]+ GiB \(estimate\) for one training step of deep"):
+        harness.check_parameters(harness.resolve("03"), {}, "cpu")

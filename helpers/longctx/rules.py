@@ -113,10 +113,65 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
             if params.get(other) == exempt or value:
                 return None
             return f"must be set when {other} is not {exempt!r}"
+        if kind == "fits_ram":  # a real step on this machine's CPU: its estimate against the free memory
+            return _step_too_big(value, arg, params) if on_cpu else None
         if kind == "contains":  # 1 in [True] is True in Python; a flag is not a count
             found = isinstance(value, list) and any(v == arg and type(v) is type(arg) for v in value)
             return None if found else f"must contain {arg!r}"
     raise LongctxError(f"rules.yaml: unknown rule {rule!r}")
+
+
+@lru_cache(maxsize=64)
+def _step_gib(model: str, dtype: str, seq_len: int, batch: int, loss: str, checkpointing: bool) -> float:
+    from .memory.estimate import estimate
+
+    return estimate(model, seq_len, batch=batch, dtype=dtype, device="cpu", loss=loss,
+                    checkpointing=checkpointing).peak_gib
+
+
+def _step_floor_gib(model: str, dtype: str, tokens: int, loss: str, checkpointing: bool) -> float:
+    """Less than any training step of `tokens` needs, from the config alone: each layer's saved (tokens × hidden)
+    input, without checkpointing also its MLP's (tokens × intermediate) activation, and with the plain loss the
+    (tokens × vocabulary) logits."""
+    from .memory.profile import GIB
+    from .models import config, torch_dtype
+
+    text = config(model).get_text_config()
+    inter = getattr(text, "intermediate_size", 0)
+    per_layer = text.hidden_size + (inter if isinstance(inter, int) and not checkpointing else 0)
+    per_token = text.num_hidden_layers * per_layer + (text.vocab_size if loss == "plain" else 0)
+    return tokens * per_token * torch_dtype(dtype).itemsize / GIB
+
+
+def _step_too_big(seq_len, arg: dict, params: dict) -> str | None:
+    """Why one training step of `seq_len` tokens would not fit this machine's free memory (None when it
+    would, or when the model's config is not at hand without a download). The config's floor is instant; the
+    estimate (seconds) runs only when the floor comes within half of the free memory."""
+    import psutil
+
+    from .memory.profile import GIB
+    from .models import PRESETS
+
+    model, dtype = params.get(arg["model"]), params.get(arg.get("dtype", ""), "fp32")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not isinstance(model, str) or \
+            not (model in PRESETS or _local_model(model)):
+        return None
+    batches = [params.get(b, b) for b in arg.get("batch", [1])]
+    batch = max(b for b in batches if isinstance(b, int) and not isinstance(b, bool))
+    loss, checkpointing = arg.get("loss", "chunked"), arg.get("checkpointing", True)
+    free = psutil.virtual_memory().available / GIB
+    floor = _step_floor_gib(model, dtype, seq_len * batch, loss, checkpointing)
+    if floor <= free / 2:
+        return None
+    why = f"for one training step of {model} at batch {batch}, more than the {free:.1f} GiB this machine has free; " \
+          "lower it"
+    if floor > free:
+        return f"needs at least {floor:.1f} GiB (what each layer must keep{' and the logits' if loss == 'plain' else ''}) {why}"
+    try:
+        need = _step_gib(model, dtype, seq_len, batch, loss, checkpointing)
+    except LongctxError as exc:
+        return f"is more than a step can take: {str(exc).rstrip('.')}"
+    return None if need <= free else f"needs about {need:.1f} GiB (estimate) {why}"
 
 
 def check(notebook: str, params: dict, on_cpu: bool = True, weights: bool = True) -> None:
