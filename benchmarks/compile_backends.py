@@ -24,16 +24,25 @@ def main() -> None:
     rows = {}
     for backend in ("aot_eager", "inductor"):
         with tempfile.TemporaryDirectory() as out:
-            run = compiling.compiled_sft(models.load(args.model, seed=0), ds, pad_to_multiple_of=args.pad,
-                                         steps=args.steps, backend=backend, max_length=512, output_dir=out,
-                                         processing_class=data.tokenizer())
+            run = compiling.compiled_sft(
+                models.load(args.model, seed=0),
+                ds,
+                pad_to_multiple_of=args.pad,
+                steps=args.steps,
+                backend=backend,
+                max_length=512,
+                output_dir=out,
+                processing_class=data.tokenizer(),
+            )
         shapes = len(run.census.distinct)
         rows[backend] = (shapes, run.counter.count, run.counter.seconds, run.counter.seconds / shapes, run.seconds)
     print(f"{'backend':10s} {'shapes':>6s} {'compiles':>8s} {'compile s':>9s} {'s/shape':>8s} {'run s':>7s}")
     for backend, (shapes, count, secs, per_shape, total) in rows.items():
         print(f"{backend:10s} {shapes:6d} {count:8d} {secs:9.1f} {per_shape:8.1f} {total:7.1f}")
-    print(f"inductor / aot_eager compile seconds per shape: {rows['inductor'][3] / rows['aot_eager'][3]:.1f}×; "
-          f"same compile count: {rows['inductor'][1] == rows['aot_eager'][1]}")
+    print(
+        f"inductor / aot_eager compile seconds per shape: {rows['inductor'][3] / rows['aot_eager'][3]:.1f}×; "
+        f"same compile count: {rows['inductor'][1] == rows['aot_eager'][1]}"
+    )
 
 
 if __name__ == "__main__":

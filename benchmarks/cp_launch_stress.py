@@ -29,8 +29,10 @@ def main() -> None:
             except LongctxError as err:
                 failures.append((i, str(err).splitlines()[0]))
         print(f"launch {i + 1}/{args.launches}: {ok} clean so far", flush=True)
-    print(f"{ok} of {args.launches} launches of CP×{args.nprocs} ended with exit code 0 "
-          f"({(time.perf_counter() - start) / args.launches:.1f} s per launch)")
+    print(
+        f"{ok} of {args.launches} launches of CP×{args.nprocs} ended with exit code 0 "
+        f"({(time.perf_counter() - start) / args.launches:.1f} s per launch)"
+    )
     for i, first_line in failures:
         print(f"  launch {i + 1}: {first_line}")
 

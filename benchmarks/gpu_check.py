@@ -37,8 +37,12 @@ from longctx.memory.profile import GIB
 from longctx.paths import build_dir
 
 # (model, tokens, loss, offload): every real step and its estimate
-CASES = [(model, n, loss, off) for model, lengths in (("qwen3-0.6b", (8192, 32768)), ("qwen3-4b", (32768, 98304)))
-         for n in lengths for loss, off in (("chunked", False), ("plain", False), ("chunked", True))]
+CASES = [
+    (model, n, loss, off)
+    for model, lengths in (("qwen3-0.6b", (8192, 32768)), ("qwen3-4b", (32768, 98304)))
+    for n in lengths
+    for loss, off in (("chunked", False), ("plain", False), ("chunked", True))
+]
 TRACKER_CASE = ("qwen3-0.6b", 8192, "chunked", False)  # (a) and (c)
 NOTEBOOKS = {  # (d): the gpu size with the model built here; estimate-only knobs trimmed to fit the time
     "00_memory_primer": {"OVERFIT_STEPS": 100, "EVAL_EVERY": 25},
@@ -68,9 +72,12 @@ def real_step(case, snapshot: Path | None = None) -> dict:
         if off:  # save_on_cpu (pinned host memory) around each checkpointed layer
             net.activation_checkpointing_enable(offload=True)
         profile = measure_cuda(step, model=net, optimizer=optimizer, snapshot=snapshot)
-        return {"allocator_peak_gib": profile.meta["allocator_peak_gib"], "tracker_peak_gib": profile.peak_gib,
-                "tracker_over_allocator": profile.meta["tracker_over_allocator"],
-                "reserved_peak_gib": torch.cuda.max_memory_reserved() / GIB}
+        return {
+            "allocator_peak_gib": profile.meta["allocator_peak_gib"],
+            "tracker_peak_gib": profile.peak_gib,
+            "tracker_over_allocator": profile.meta["tracker_over_allocator"],
+            "reserved_peak_gib": torch.cuda.max_memory_reserved() / GIB,
+        }
     except torch.cuda.OutOfMemoryError as exc:
         return {"oom": str(exc).splitlines()[0]}
     finally:
@@ -105,8 +112,9 @@ def check_inputs(out: Path) -> dict:
     for nb, overrides in NOTEBOOKS.items():
         path = harness.resolve(nb)
         # the folder holds a config only here; the real run saves the weights into it before any notebook
-        harness.check_parameters(path, {**harness.size_params(path, "gpu"), **overrides, "MODEL": str(folder)}, "gpu",
-                                 weights=False)
+        harness.check_parameters(
+            path, {**harness.size_params(path, "gpu"), **overrides, "MODEL": str(folder)}, "gpu", weights=False
+        )
     return {"model_folder": str(folder), "cases": len(CASES), "notebooks": list(NOTEBOOKS)}
 
 
@@ -134,14 +142,17 @@ def run(out: Path, skip_notebooks: bool) -> dict:
         tracker = real_step(TRACKER_CASE, snapshot=snap)  # (a) and (c)
         loaded = pickle.loads(snap.read_bytes())
         report["tracker_vs_allocator"] = {"case": TRACKER_CASE, **tracker}
-        report["snapshot"] = {"path": str(snap), "bytes": snap.stat().st_size,
-                              "segments": len(loaded.get("segments", [])), "loads": bool(loaded.get("segments"))}
+        report["snapshot"] = {
+            "path": str(snap),
+            "bytes": snap.stat().st_size,
+            "segments": len(loaded.get("segments", [])),
+            "loads": bool(loaded.get("segments")),
+        }
         rows = []
         for case in tqdm(CASES, desc="real steps"):  # (b)
             start = time.perf_counter()
             estimated = futures[case].result()
-            row = {"model": case[0], "seq_len": case[1], "loss": case[2], "offload": case[3],
-                   "estimated_peak_gib": estimated}
+            row = {"model": case[0], "seq_len": case[1], "loss": case[2], "offload": case[3], "estimated_peak_gib": estimated}
             if estimated > HEADROOM * capacity:
                 row["skipped"] = f"estimate {estimated:.1f} GiB is over {HEADROOM:.0%} of the card's {capacity:.1f} GiB"
             else:
@@ -171,48 +182,87 @@ def run_notebooks(out: Path) -> dict:
             res = r.results["results"]
             results[nb] = {"status": "ok", "seconds": r.seconds, **{k: res.get(k) for k in KEY_RESULTS[nb]}}
         except Exception as exc:  # recorded, the next notebook still runs
-            results[nb] = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
-                           "seconds": time.perf_counter() - start}
+            results[nb] = {
+                "status": "error",
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "seconds": time.perf_counter() - start,
+            }
         print(nb, json.dumps(results[nb]), flush=True)
     return results
 
 
 KEY_RESULTS = {  # what the report quotes from each notebook's results.json
-    "00_memory_primer": ("model_dtype", "model_device", "full_exact", "lora_exact", "step_peak_mib",
-                         "best_checkpoint_weight_diff"),
-    "01_chunked_loss": ("model_dtype", "measured_device", "measured_peak_plain_mib", "measured_peak_chunked_mib",
-                        "measured_chunked_over_plain", "loss_abs_diff"),
-    "03_activation_offload": ("model_dtype", "measured_device", "cpu_peak_plain_mib", "cpu_peak_offload_mib",
-                              "cpu_loss_abs_diff", "seconds_per_step_no_offload", "seconds_per_step_offload"),
+    "00_memory_primer": (
+        "model_dtype",
+        "model_device",
+        "full_exact",
+        "lora_exact",
+        "step_peak_mib",
+        "best_checkpoint_weight_diff",
+    ),
+    "01_chunked_loss": (
+        "model_dtype",
+        "measured_device",
+        "measured_peak_plain_mib",
+        "measured_peak_chunked_mib",
+        "measured_chunked_over_plain",
+        "loss_abs_diff",
+    ),
+    "03_activation_offload": (
+        "model_dtype",
+        "measured_device",
+        "cpu_peak_plain_mib",
+        "cpu_peak_offload_mib",
+        "cpu_loss_abs_diff",
+        "seconds_per_step_no_offload",
+        "seconds_per_step_offload",
+    ),
 }
 
 
 def markdown(report: dict) -> str:
     v = report["versions"]
-    lines = [f"# GPU check — {report.get('gpu', 'dry run')}", "",
-             f"{report['date']}; torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, "
-             f"accelerate {v['accelerate']}; {report['seconds']:.0f} s. Command: `{report['command']}`", ""]
+    lines = [
+        f"# GPU check — {report.get('gpu', 'dry run')}",
+        "",
+        f"{report['date']}; torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, "
+        f"accelerate {v['accelerate']}; {report['seconds']:.0f} s. Command: `{report['command']}`",
+        "",
+    ]
     if report.get("dry_run"):
-        lines += ["Dry run (no GPU): every step built on fake tensors at 1,024 tokens, every input checked.", "",
-                  "| model | loss | offload | fake peak at 1,024 tokens (GiB) |", "| --- | --- | --- | --- |"]
-        lines += [f"| {b['model']} | {b['loss']} | {b['offload']} | {b['fake_peak_gib_at_1024']:.2f} |"
-                  for b in report["built"]]
+        lines += [
+            "Dry run (no GPU): every step built on fake tensors at 1,024 tokens, every input checked.",
+            "",
+            "| model | loss | offload | fake peak at 1,024 tokens (GiB) |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [f"| {b['model']} | {b['loss']} | {b['offload']} | {b['fake_peak_gib_at_1024']:.2f} |" for b in report["built"]]
         return "\n".join(lines) + "\n"
     t = report["tracker_vs_allocator"]
-    lines += [f"**(a) tracker vs allocator** ({' '.join(map(str, t['case']))}): "
-              + (f"tracker {t['tracker_peak_gib']:.2f} GiB, allocator {t['allocator_peak_gib']:.2f} GiB, "
-                 f"ratio {t['tracker_over_allocator']:.3f}" if "oom" not in t else f"OOM: {t['oom']}"), "",
-              f"**(c) memory snapshot**: {report['snapshot']['bytes']:,} bytes, {report['snapshot']['segments']} "
-              f"segments, loads: {report['snapshot']['loads']}", "",
-              "**(b) estimate vs allocator**", "",
-              "| model | tokens | loss | offload | estimate (GiB) | allocator (GiB) | estimate / allocator |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        f"**(a) tracker vs allocator** ({' '.join(map(str, t['case']))}): "
+        + (
+            f"tracker {t['tracker_peak_gib']:.2f} GiB, allocator {t['allocator_peak_gib']:.2f} GiB, "
+            f"ratio {t['tracker_over_allocator']:.3f}"
+            if "oom" not in t
+            else f"OOM: {t['oom']}"
+        ),
+        "",
+        f"**(c) memory snapshot**: {report['snapshot']['bytes']:,} bytes, {report['snapshot']['segments']} "
+        f"segments, loads: {report['snapshot']['loads']}",
+        "",
+        "**(b) estimate vs allocator**",
+        "",
+        "| model | tokens | loss | offload | estimate (GiB) | allocator (GiB) | estimate / allocator |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in report["estimates"]:
-        measured = (f"{r['allocator_peak_gib']:.2f}" if "allocator_peak_gib" in r
-                    else "OOM" if "oom" in r else "skipped")
+        measured = f"{r['allocator_peak_gib']:.2f}" if "allocator_peak_gib" in r else "OOM" if "oom" in r else "skipped"
         ratio = f"{r['estimate_over_allocator']:.3f}" if "estimate_over_allocator" in r else "—"
-        lines.append(f"| {r['model']} | {r['seq_len']:,} | {r['loss']} | {r['offload']} | "
-                     f"{r['estimated_peak_gib']:.2f} | {measured} | {ratio} |")
+        lines.append(
+            f"| {r['model']} | {r['seq_len']:,} | {r['loss']} | {r['offload']} | "
+            f"{r['estimated_peak_gib']:.2f} | {measured} | {ratio} |"
+        )
     lines += ["", "**(d) notebooks at the gpu size** (full-shape random-weight Qwen3-0.6B)", ""]
     for nb, r in report["notebooks"].items():
         lines.append(f"- `{nb}`: {json.dumps(r)}")
@@ -237,8 +287,13 @@ def main(argv=None) -> int:
         traceback.print_exc()
         return 1
     given = argv if argv is not None else sys.argv[1:]
-    report.update(dry_run=args.dry_run, versions=versions(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                  seconds=time.perf_counter() - start, command=" ".join(["python benchmarks/gpu_check.py", *given]))
+    report.update(
+        dry_run=args.dry_run,
+        versions=versions(),
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        seconds=time.perf_counter() - start,
+        command=" ".join(["python benchmarks/gpu_check.py", *given]),
+    )
     (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "gpu_check.md").write_text(markdown(report))
     print(markdown(report))

@@ -17,8 +17,13 @@ CASES = [  # label, model, tokens, levers, the guide's peak (GB)
     ("Qwen3-4B 96k, chunked + ckpt", "qwen3-4b", 98304, {}, guide.QWEN3_4B_96K.value),
     ("+ offload", "qwen3-4b", 98304, {"offload": True}, guide.QWEN3_4B_96K_OFFLOAD.value),
     ("Qwen3-4B 1M, CP4 + offload", "qwen3-4b", 1048576, {"cp_size": 4, "offload": True}, guide.QWEN3_4B_1M_CP4.value),
-    ("Qwen3-8B 1M, CP8 + offload, mixed prec.", "qwen3-8b", 1048576,
-     {"cp_size": 8, "offload": True, "mixed_precision": True}, guide.QWEN3_8B_1M_CP8.value),
+    (
+        "Qwen3-8B 1M, CP8 + offload, mixed prec.",
+        "qwen3-8b",
+        1048576,
+        {"cp_size": 8, "offload": True, "mixed_precision": True},
+        guide.QWEN3_8B_1M_CP8.value,
+    ),
 ]
 REACH = [("reach, chunked", {}, guide.REACH_CHUNKED.value), ("reach, offload", {"offload": True}, guide.REACH_OFFLOAD.value)]
 
@@ -28,13 +33,19 @@ def main() -> None:
     for label, model, n, levers, reported in CASES:
         start = time.perf_counter()
         gpu, cpu = (estimate(model, n, device=d, **levers).peak_gib for d in ("cuda", "cpu"))
-        print(f"{label:38s} {reported:7.1f} {gpu:8.2f} {gpu / reported:6.3f} {cpu:8.2f} {cpu / reported:6.3f}  "
-              f"{time.perf_counter() - start:.0f}", flush=True)
+        print(
+            f"{label:38s} {reported:7.1f} {gpu:8.2f} {gpu / reported:6.3f} {cpu:8.2f} {cpu / reported:6.3f}  "
+            f"{time.perf_counter() - start:.0f}",
+            flush=True,
+        )
     for label, levers, reported in REACH:
         start = time.perf_counter()
         gpu, cpu = (reach("qwen3-4b", 80.0, device=d, **levers)["seq_len"] for d in ("cuda", "cpu"))
-        print(f"{label:38s} {reported:7,d} {gpu:8,d} {gpu / reported:6.3f} {cpu:8,d} {cpu / reported:6.3f}  "
-              f"{time.perf_counter() - start:.0f}", flush=True)
+        print(
+            f"{label:38s} {reported:7,d} {gpu:8,d} {gpu / reported:6.3f} {cpu:8,d} {cpu / reported:6.3f}  "
+            f"{time.perf_counter() - start:.0f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,16 @@ def rows(build: Path) -> list[dict]:
         if size not in harness.SIZES or "seconds" not in results:
             continue
         promised = needs.of(name, size).minutes * 60
-        found.append({"notebook": name, "size": size, "seconds": results["seconds"], "promised_seconds": promised,
-                      "ratio": results["seconds"] / promised, "finished": results.get("finished", "?")})
+        found.append(
+            {
+                "notebook": name,
+                "size": size,
+                "seconds": results["seconds"],
+                "promised_seconds": promised,
+                "ratio": results["seconds"] / promised,
+                "finished": results.get("finished", "?"),
+            }
+        )
     return found
 
 
@@ -42,8 +50,10 @@ def main() -> None:
     print(f"{'notebook':26s} {'size':9s} {'measured s':>10s} {'promised s':>10s} {'ratio':>6s}  finished")
     for r in table:
         flag = "  over" if r["ratio"] > 1 else ""
-        print(f"{r['notebook']:26s} {r['size']:9s} {r['seconds']:10.0f} {r['promised_seconds']:10.0f} "
-              f"{r['ratio']:6.2f}  {r['finished']}{flag}")
+        print(
+            f"{r['notebook']:26s} {r['size']:9s} {r['seconds']:10.0f} {r['promised_seconds']:10.0f} "
+            f"{r['ratio']:6.2f}  {r['finished']}{flag}"
+        )
 
 
 if __name__ == "__main__":

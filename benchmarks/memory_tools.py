@@ -44,18 +44,21 @@ def main() -> None:
     torch.manual_seed(0)
     start = time.perf_counter()
     p = estimate("qwen3-4b", 98304)
-    print(f"estimator, qwen3-4b at 98,304 tokens: {time.perf_counter() - start:.1f} s wall "
-          f"(peak {p.peak_gib:.2f} GiB; target < 60 s)")
+    print(
+        f"estimator, qwen3-4b at 98,304 tokens: {time.perf_counter() - start:.1f} s wall "
+        f"(peak {p.peak_gib:.2f} GiB; target < 60 s)"
+    )
     # The tracker's cost is per operator: large operators (notebook 01's step) hide it, tiny ones do not.
     for model in ("tiny-qwen-vocab", "small"):
-        print(f"MemTracker overhead, '{model}' CPU step at 2,048 tokens: {tracker_overhead(model):.2f}× "
-              "(target ≤ 1.2×)")
+        print(f"MemTracker overhead, '{model}' CPU step at 2,048 tokens: {tracker_overhead(model):.2f}× (target ≤ 1.2×)")
     for loss in ("chunked", "plain"):
         for ckpt in (True, False):
             fake = estimate("small", 1024, loss=loss, checkpointing=ckpt, dtype="fp32")
             real = estimate("small", 1024, loss=loss, checkpointing=ckpt, dtype="fp32", fake=False)
-            print(f"estimate/measured peak, small, 1,024 tokens, {loss:7s} loss, checkpointing {ckpt!s:5s}: "
-                  f"{fake.peak_bytes / real.peak_bytes:.4f}")
+            print(
+                f"estimate/measured peak, small, 1,024 tokens, {loss:7s} loss, checkpointing {ckpt!s:5s}: "
+                f"{fake.peak_bytes / real.peak_bytes:.4f}"
+            )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,16 @@ def train_config(seq_len: int, steps: int, out: str, processes: int, for_device:
     from longctx.train import TrainConfig
 
     return TrainConfig(
-        output_dir=out, max_steps=steps, max_length=seq_len, gradient_checkpointing=True, offload=True,
-        bf16=True, learning_rate=1e-5, for_device=for_device,
-        extra={"pad_to_multiple_of": 2 * processes, "save_strategy": "no"})  # CP's load balance: 2 chunks per rank
+        output_dir=out,
+        max_steps=steps,
+        max_length=seq_len,
+        gradient_checkpointing=True,
+        offload=True,
+        bf16=True,
+        learning_rate=1e-5,
+        for_device=for_device,
+        extra={"pad_to_multiple_of": 2 * processes, "save_strategy": "no"},
+    )  # CP's load balance: 2 chunks per rank
 
 
 def main() -> None:
@@ -54,8 +61,7 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(args.model)
     with state.main_process_first():
         dataset = data.long_sequences(seq_len, args.steps, dataset=args.dataset, tokenizer=tok, seed=0)
-    result = run_sft(model, dataset, train_config(seq_len, args.steps, args.out, state.num_processes),
-                     processing_class=tok)
+    result = run_sft(model, dataset, train_config(seq_len, args.steps, args.out, state.num_processes), processing_class=tok)
     if state.is_main_process:
         print(f"first loss {result.losses[0]:.3f} (guide: 4.311); {result.seconds_per_step:.0f} s/step (guide: 380)")
 

@@ -15,12 +15,15 @@ def test_seven_b_primer_figures():
     assert round(full / 1e9) == 84 and round(lora / 1e9) == 14 and round(qlora / 1e9) == 4
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(method="dora"), "Unknown method"),
-    (dict(method="lora"), "trainable_params"),
-    (dict(method="qlora", trainable_params=1), "4 bits"),
-    (dict(weight_dtype="fp8"), "Unknown weight_dtype"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(method="dora"), "Unknown method"),
+        (dict(method="lora"), "trainable_params"),
+        (dict(method="qlora", trainable_params=1), "4 bits"),
+        (dict(weight_dtype="fp8"), "Unknown weight_dtype"),
+    ],
+)
 def test_bad_budget_arguments(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         budget.training_budget(1e6, **kwargs)

@@ -37,8 +37,9 @@ def test_the_verdict_names_what_it_leaves_out():
 
 
 def _config(tmp_path):
-    LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2).save_pretrained(tmp_path)
+    LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    ).save_pretrained(tmp_path)
     return str(tmp_path / "config.json")
 
 

@@ -81,7 +81,7 @@ def test_accelerate_still_keeps_multi_cpu_out_of_fsdp():
     init = AcceleratorState.__init__
     init = getattr(init, "_longctx_original", init)  # the upstream constructor, patched or not
     source = inspect.getsource(init)
-    switch = source[source.index("DistributedType.MULTI_GPU,"):source.index("self.distributed_type = DistributedType.FSDP")]
+    switch = source[source.index("DistributedType.MULTI_GPU,") : source.index("self.distributed_type = DistributedType.FSDP")]
     assert "MULTI_NEURON" in switch and "MULTI_CPU" not in switch
 
 
@@ -93,10 +93,17 @@ def test_accelerate_deepspeed_backward_still_steps_at_once():
 
     from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 
-    code = [line.strip() for line in inspect.getsource(DeepSpeedEngineWrapper.backward).splitlines()
-            if line.strip() and not line.strip().startswith("#")]
-    assert code[1:] == ["self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)",
-                        "self.engine.backward(loss, **kwargs)", "if sync_gradients:", "self.engine.step()"]
+    code = [
+        line.strip()
+        for line in inspect.getsource(DeepSpeedEngineWrapper.backward).splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    assert code[1:] == [
+        "self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)",
+        "self.engine.backward(loss, **kwargs)",
+        "if sync_gradients:",
+        "self.engine.step()",
+    ]
 
 
 def test_trl_fused_head_still_branches_on_the_device():
@@ -104,8 +111,9 @@ def test_trl_fused_head_still_branches_on_the_device():
 
     from trl.kernels import chunked_logprob as kernel
 
-    forward, backward = (inspect.getsource(f) for f in (kernel.ChunkedLogProbFunction.forward,
-                                                         kernel.ChunkedLogProbFunction.backward))
+    forward, backward = (
+        inspect.getsource(f) for f in (kernel.ChunkedLogProbFunction.forward, kernel.ChunkedLogProbFunction.backward)
+    )
     assert "_forward_kernel[(n,)] if _use_triton(device) else _forward_tile" in forward
     assert "triton.cdiv" in backward and "if _use_triton(hidden.device)" in backward
     assert 'acc.device.type == "cuda"' in inspect.getsource(kernel._addmm_fp32)

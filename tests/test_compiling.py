@@ -34,8 +34,13 @@ def test_census_reads_the_trainers_collator(tmp_path):
     ds = data.varied_sequences(16, 8, 100, seed=0)
     shapes = {}
     for pad in (None, 32):
-        cfg = TrainConfig(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, max_length=128,
-                          extra={"pad_to_multiple_of": pad, "disable_tqdm": True})
+        cfg = TrainConfig(
+            output_dir=str(tmp_path),
+            max_steps=4,
+            per_device_train_batch_size=4,
+            max_length=128,
+            extra={"pad_to_multiple_of": pad, "disable_tqdm": True},
+        )
         census = padding.shape_census(make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer()), 4)
         shapes[pad] = census.distinct
     assert all(s[1] % 32 == 0 for s in shapes[32])
@@ -62,8 +67,7 @@ def test_compile_structure_from_a_probe_and_its_refusal():
     from longctx import compiling
 
     def probe(shapes, step_compiles):
-        return compiling.CompiledRun(None, padding.Census(shapes), shapes, compiling.CompileCounter(), 0.0,
-                                     step_compiles)
+        return compiling.CompiledRun(None, padding.Census(shapes), shapes, compiling.CompileCounter(), 0.0, step_compiles)
 
     structure = compiling.compile_structure(probe([(4, 96), (4, 128)], [5, 2]))
     assert (structure.per_shape, structure.once) == (2, 3)

@@ -33,14 +33,17 @@ def test_tokenizer_round_trips():
     assert len(tok) == data.VOCAB_SIZE
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(seq_len=0, n=1), "seq_len must be a positive integer"),
-    (dict(seq_len=12.5, n=1), "seq_len must be a positive integer"),
-    (dict(seq_len=8, n=1, split="test"), "Unknown split"),
-    (dict(seq_len=8, n=1, dataset="c4"), "Unknown dataset"),
-    (dict(seq_len=8, n=1, dataset="pg19"), "needs the model's tokenizer"),
-    (dict(seq_len=8, n=1, dataset="pg19", split="dev", tokenizer=object()), "Unknown split"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(seq_len=0, n=1), "seq_len must be a positive integer"),
+        (dict(seq_len=12.5, n=1), "seq_len must be a positive integer"),
+        (dict(seq_len=8, n=1, split="test"), "Unknown split"),
+        (dict(seq_len=8, n=1, dataset="c4"), "Unknown dataset"),
+        (dict(seq_len=8, n=1, dataset="pg19"), "needs the model's tokenizer"),
+        (dict(seq_len=8, n=1, dataset="pg19", split="dev", tokenizer=object()), "Unknown split"),
+    ],
+)
 def test_bad_arguments_are_refused(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         data.long_sequences(**kwargs)
@@ -235,6 +238,7 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
 
 def test_verify_names_a_readme_that_would_remap_the_parquet_splits(data_copy):
     folder = data.export_parquet()
-    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
-                                      "    path: data/test-*.parquet\n---\n")
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/test-*.parquet\n---\n"
+    )
     assert f"{data.PARQUET_DIR}/README.md: not written by longctx (remove it)" in data.verify()

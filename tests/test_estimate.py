@@ -27,20 +27,23 @@ def test_offload_moves_saved_inputs_to_host():
     assert off.peak_bytes < plain.peak_bytes
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(seq_len=0), "seq_len must be a positive integer"),
-    (dict(seq_len=1.5), "seq_len must be a positive integer"),
-    (dict(seq_len=64, offload=True, checkpointing=False), "needs gradient checkpointing"),
-    (dict(seq_len=64, loss="fused"), "Unknown loss"),
-    (dict(seq_len=64, dtype="int8"), "Unknown dtype"),
-    (dict(seq_len=64, offload=True, fake=False, device="cpu"), "no separate host memory"),
-    (dict(seq_len=64, fake=False, device="cuda"), "runs the CPU's kernels"),
-    (dict(seq_len=64, device="tpu"), "Unknown device"),
-    (dict(seq_len=64, optim="adam8bit"), "Unknown optim"),
-    (dict(seq_len=64, attn_implementation="flex"), "Unknown attn_implementation"),
-    (dict(seq_len=64, attn_implementation="flash_attention_2", device="cpu"), "CUDA GPUs in bf16/fp16 only"),
-    (dict(seq_len=64, attn_implementation="flash_attention_2", cp_size=2), "needs attn_implementation='sdpa'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(seq_len=0), "seq_len must be a positive integer"),
+        (dict(seq_len=1.5), "seq_len must be a positive integer"),
+        (dict(seq_len=64, offload=True, checkpointing=False), "needs gradient checkpointing"),
+        (dict(seq_len=64, loss="fused"), "Unknown loss"),
+        (dict(seq_len=64, dtype="int8"), "Unknown dtype"),
+        (dict(seq_len=64, offload=True, fake=False, device="cpu"), "no separate host memory"),
+        (dict(seq_len=64, fake=False, device="cuda"), "runs the CPU's kernels"),
+        (dict(seq_len=64, device="tpu"), "Unknown device"),
+        (dict(seq_len=64, optim="adam8bit"), "Unknown optim"),
+        (dict(seq_len=64, attn_implementation="flex"), "Unknown attn_implementation"),
+        (dict(seq_len=64, attn_implementation="flash_attention_2", device="cpu"), "CUDA GPUs in bf16/fp16 only"),
+        (dict(seq_len=64, attn_implementation="flash_attention_2", cp_size=2), "needs attn_implementation='sdpa'"),
+    ],
+)
 def test_bad_estimates_are_refused(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         estimate("tiny", **kwargs)
@@ -52,8 +55,7 @@ def test_cli_estimate_json(capsys, tmp_path):
     models.config("tiny").save_pretrained(tmp_path)
     assert main(["estimate", "--model", str(tmp_path / "config.json"), "--seq-len", "1k", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    for key in ("peak_gib", "fixed_gib", "per_layer_saved_gib", "saved_layer_tensors", "device_peak_gib", "host_gib",
-                "versions"):
+    for key in ("peak_gib", "fixed_gib", "per_layer_saved_gib", "saved_layer_tensors", "device_peak_gib", "host_gib", "versions"):
         assert key in out
     # one checkpointed input per decoder layer, and two more tensors of that size after the last layer
     # (Qwen3-4B: 36 + 2 = 38, the bands of the guide's profile)
@@ -114,9 +116,17 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
             estimate(broken, 128)
     from transformers import Qwen3MoeConfig
 
-    moe = Qwen3MoeConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=64, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=8,
-                         vocab_size=256)
+    moe = Qwen3MoeConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=8,
+        vocab_size=256,
+    )
     with pytest.raises(LongctxError, match="routes each token to 8 of 4 experts"):
         estimate(moe, 128)
     moe.num_experts = 0
@@ -125,10 +135,22 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
     from transformers import MistralConfig
 
     with pytest.raises(LongctxError, match="sliding_window is -1"):
-        estimate(MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                               intermediate_size=64, vocab_size=256, sliding_window=-1), 128)
-    for overrides, fragment in (({"hidden_act": "nope"}, "transformers cannot build a qwen3 model from this config"),
-                                ({"vocab_size": 10**9}, "vocab_size is 1,000,000,000, over the 2,097,152")):
+        estimate(
+            MistralConfig(
+                num_hidden_layers=2,
+                hidden_size=64,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                vocab_size=256,
+                sliding_window=-1,
+            ),
+            128,
+        )
+    for overrides, fragment in (
+        ({"hidden_act": "nope"}, "transformers cannot build a qwen3 model from this config"),
+        ({"vocab_size": 10**9}, "vocab_size is 1,000,000,000, over the 2,097,152"),
+    ):
         with pytest.raises(LongctxError, match=fragment):
             estimate(models.config("tiny", **overrides), 128)
 
@@ -152,8 +174,9 @@ def test_checkpointed_layer_inputs_are_counted_by_identity_not_by_size():
     from transformers import LlamaConfig
 
     # other activations of a layer input's byte size exist too (the size census counts 6 here)
-    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=512)
+    cfg = LlamaConfig(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, vocab_size=512
+    )
     p = estimate(cfg, 512, dtype="fp32", device="cpu")
     assert p.meta["saved_layer_tensors"] == 3 < p.meta["hidden_sized_tensors"]
     assert estimate(cfg, 512, dtype="fp32", device="cpu", offload=True).meta["saved_layer_tensors"] == 0
@@ -162,8 +185,15 @@ def test_checkpointed_layer_inputs_are_counted_by_identity_not_by_size():
 def test_a_sliding_window_model_says_what_its_masks_cost_and_flash_attention_builds_none():
     from transformers import MistralConfig
 
-    cfg = MistralConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
-                        num_key_value_heads=2, vocab_size=1000, sliding_window=512)
+    cfg = MistralConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        sliding_window=512,
+    )
     sdpa = estimate(cfg, 4096)
     flash = estimate(cfg, 4096, attn_implementation="flash_attention_2")
     assert sdpa.meta["sliding_window"] == 512
@@ -204,15 +234,19 @@ def _llama_backward_peak_bytes(c, s: int) -> int:
     fixed = 3 * params * bf16 + _adamw_steps(c)  # weights; AdamW's exp_avg and exp_avg_sq in the weights' dtype
     grads = h * inter * bf16 + h * bf16  # down_proj's weight (its backward just ran) and the final norm's
     saved_inputs = layers * s * h * bf16  # checkpointing: each layer's input
-    recomputed = (6 * s * h * bf16  # both norms' normalised input and output, RoPE'd q, attention output
-                  + 2 * s * h * fp32  # both norms' fp32 copy of their input (kept for the variance's backward)
-                  + 2 * s * kv * bf16  # RoPE'd k and v, kept by the attention kernel
-                  + s * heads * fp32  # the attention's log-sum-exp
-                  + 3 * s * inter * bf16)  # gate_proj and up_proj outputs, SiLU(gate)
+    recomputed = (
+        6 * s * h * bf16  # both norms' normalised input and output, RoPE'd q, attention output
+        + 2 * s * h * fp32  # both norms' fp32 copy of their input (kept for the variance's backward)
+        + 2 * s * kv * bf16  # RoPE'd k and v, kept by the attention kernel
+        + s * heads * fp32  # the attention's log-sum-exp
+        + 3 * s * inter * bf16
+    )  # gate_proj and up_proj outputs, SiLU(gate)
     rotary = 2 * s * d * bf16  # cos and sin, built once per step
-    backward = (s * h * bf16  # the gradient arriving at the layer's output
-                + 3 * s * inter * bf16  # the gradient of down_proj's input, and the two it splits into
-                + vocab * h * bf16)  # the tied head's weight gradient, held until the embedding's backward
+    backward = (
+        s * h * bf16  # the gradient arriving at the layer's output
+        + 3 * s * inter * bf16  # the gradient of down_proj's input, and the two it splits into
+        + vocab * h * bf16
+    )  # the tied head's weight gradient, held until the embedding's backward
     return fixed + grads + saved_inputs + recomputed + rotary + backward
 
 
@@ -221,9 +255,17 @@ def test_a_held_out_family_on_the_gpu_path_matches_a_formula_written_from_its_co
     """Llama-3.2-1B's shapes (not a preset): the CUDA-path estimate within 3% of the hand count at two lengths."""
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                      num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
-                      max_position_embeddings=131072)
+    cfg = LlamaConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+    )
     for s in (32768, 65536):
         p = estimate(cfg, s)
         assert p.meta["device"] == "cuda" and p.peak_phase == "backward"

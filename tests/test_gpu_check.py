@@ -32,7 +32,8 @@ def test_dry_run_builds_every_step_and_checks_every_input(tmp_path):
 
 
 def test_without_a_gpu_the_real_run_refuses(tmp_path):
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path)], capture_output=True, text=True
+    )
     assert out.returncode == 2 and "needs a CUDA GPU" in out.stderr and "--dry-run" in out.stderr
     assert "Traceback" not in out.stderr

@@ -20,6 +20,7 @@ NOTEBOOKS = list(harness.notebooks())
 
 # -- the tracker's device key (every CUDA profile was zero: it looked up "cuda", tensors say "cuda:0")
 
+
 @pytest.mark.parametrize("spelling", ["cpu", "cpu:0", torch.device("cpu", 0)])
 def test_a_tracker_counts_the_same_bytes_whatever_the_device_spelling(spelling):
     cfg = models.config("tiny")
@@ -52,6 +53,7 @@ def test_tensor_device_is_what_a_tensor_reports():
 
 # -- text: PG-19's parquet copy, script-only ids refused, the model's own tokenizer on the corpus
 
+
 def test_a_script_only_dataset_is_refused_naming_its_parquet_copy():
     with pytest.raises(LongctxError, match="emozilla/pg19") as err:
         data.long_sequences(64, 1, dataset="deepmind/pg19", tokenizer=data.tokenizer())
@@ -66,7 +68,9 @@ def test_pg19_means_the_parquet_copy_and_is_held_out_on_its_test_split():
 def test_the_parquet_export_loads_through_the_hub_code_path():
     folder = data.export_parquet()
     assert sorted(p.name for p in (folder / "data").glob("*.parquet")) == [
-        "test-00000-of-00001.parquet", "train-00000-of-00001.parquet"]
+        "test-00000-of-00001.parquet",
+        "train-00000-of-00001.parquet",
+    ]
     tok = data.tokenizer_for(str(data_dir() / "yarn-base"))
     held = data.long_sequences(256, 2, "validation", dataset=str(folder), tokenizer=tok, seed=None)
     # the test split is the corpus's held-out books, read in order: the first window is their first tokens
@@ -85,6 +89,7 @@ def test_a_model_reads_the_corpus_through_its_own_tokenizer():
 
 
 # -- the dtype the full-size runs load is the one every estimate assumes
+
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_the_gpu_size_loads_the_dtype_the_estimates_assume(name):
@@ -108,6 +113,7 @@ def test_ulysses_uses_torch_adamw_not_a_jit_built_fused_adam():
 
 # -- what each size needs, declared once and checked before a kernel starts
 
+
 def test_every_notebook_and_size_declares_its_needs():
     for name, nb in harness.notebooks().items():
         for size in harness.sizes(nb):
@@ -121,11 +127,14 @@ def test_the_readme_carries_the_needs_table():
     assert needs.markdown() in (REPO / "README.md").read_text()
 
 
-@pytest.mark.parametrize("name,fragment", [("04", "needs 8 CUDA GPUs ≥ 80 GB; this machine has no GPU"),
-                                           ("02", "needs 1 CUDA GPU ≥ 80 GB; this machine has no GPU")])
+@pytest.mark.parametrize(
+    "name,fragment",
+    [("04", "needs 8 CUDA GPUs ≥ 80 GB; this machine has no GPU"), ("02", "needs 1 CUDA GPU ≥ 80 GB; this machine has no GPU")],
+)
 def test_run_at_gpu_size_is_refused_in_seconds_without_the_gpus(name, fragment):
-    out = subprocess.run([sys.executable, "-m", "longctx.cli", "run", name, "--size", "gpu"], capture_output=True,
-                         text=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "longctx.cli", "run", name, "--size", "gpu"], capture_output=True, text=True, cwd=REPO
+    )
     assert out.returncode == 2 and fragment in out.stderr, out.stderr
     assert "Traceback" not in out.stderr  # refused before a kernel: the time it takes is measured, not asserted
 

@@ -17,4 +17,3 @@ def test_this_install_meets_what_the_guide_requires(lever):
     lines = guide.requirements(lever)
     assert len(lines) == len(guide.REQUIREMENTS[lever])
     assert all("meets it" in line or "not installed" in line for line in lines), lines
-

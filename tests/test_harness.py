@@ -31,8 +31,9 @@ def test_unknown_parameter_is_named_with_the_valid_ones():
         harness.run("00", "ci", {"SEQLEN": 64})
 
 
-@pytest.mark.parametrize("key,value", [("SEQ_LEN", "long"), ("SEQ_LEN", 1.5), ("LEARNING_RATE", "fast"),
-                                       ("MODEL", 3), ("SEQ_LEN", True)])
+@pytest.mark.parametrize(
+    "key,value", [("SEQ_LEN", "long"), ("SEQ_LEN", 1.5), ("LEARNING_RATE", "fast"), ("MODEL", 3), ("SEQ_LEN", True)]
+)
 def test_wrong_type_is_refused(key, value):
     with pytest.raises(LongctxError, match=f"{key} must be"):
         harness.run("00", "ci", {key: value})
@@ -40,7 +41,10 @@ def test_wrong_type_is_refused(key, value):
 
 def test_overrides_parse_as_yaml_scalars():
     assert harness.parse_overrides(["SEQ_LEN=4096", "LEARNING_RATE=1e-3", "MODEL=tiny"]) == {
-        "SEQ_LEN": 4096, "LEARNING_RATE": 1e-3, "MODEL": "tiny"}
+        "SEQ_LEN": 4096,
+        "LEARNING_RATE": 1e-3,
+        "MODEL": "tiny",
+    }
     with pytest.raises(LongctxError, match="KEY=VALUE"):
         harness.parse_overrides(["SEQ_LEN"])
 
@@ -174,10 +178,19 @@ def test_place_checks_every_target_before_the_first_move(tmp_path):
 
 
 def test_values_parse_the_way_a_person_reads_them():
-    parsed = harness.parse_overrides(["A=064", "B=1:04", "C=yes", "D=2024-01-01", "E=[null, 64, auto]", "F=true",
-                                      "G='007'", "H=1e-3"])
-    assert parsed == {"A": 64, "B": "1:04", "C": "yes", "D": "2024-01-01", "E": [None, 64, "auto"], "F": True,
-                      "G": "007", "H": 1e-3}
+    parsed = harness.parse_overrides(
+        ["A=064", "B=1:04", "C=yes", "D=2024-01-01", "E=[null, 64, auto]", "F=true", "G='007'", "H=1e-3"]
+    )
+    assert parsed == {
+        "A": 64,
+        "B": "1:04",
+        "C": "yes",
+        "D": "2024-01-01",
+        "E": [None, 64, "auto"],
+        "F": True,
+        "G": "007",
+        "H": 1e-3,
+    }
     with pytest.raises(LongctxError, match="SEQ_LEN must be int.*NoneType"):
         harness.run("00", "ci", harness.parse_overrides(["SEQ_LEN=None"]))
 
@@ -188,8 +201,9 @@ def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_a_recorded_failure(
 
     original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
     params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
-    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell("import os, signal\n"
-                                                                             "os.kill(os.getpid(), signal.SIGKILL)")])
+    mine = nbformat.v4.new_notebook(
+        cells=[params, nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]
+    )
     mine.metadata = original.metadata
     path = tmp_path / "copy" / "00_memory_primer.ipynb"
     path.parent.mkdir()
@@ -201,17 +215,20 @@ def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_a_recorded_failure(
     assert not (tmp_path / "out" / "results.json").exists()
 
 
-@pytest.mark.parametrize("name,override,fragment", [
-    ("03", "LINK_GB_PER_S=0", "LINK_GB_PER_S=0 must be positive"),
-    ("04", "RANKS=[2]", "must contain 1"),
-    ("04", "RANKS=[]", "must not be empty"),
-    ("04", "RANKS=[1,64]", "asks for 64 processes"),
-    ("00", "OVERFIT_STEPS=0", "must be positive"),
-    ("00", "LEARNING_RATE=nan", "must be a finite number"),
-    ("00", "EVAL_EVERY=500", "must be at most OVERFIT_STEPS"),
-    ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
-    ("06", "GPUS=6", "power of two"),
-])
+@pytest.mark.parametrize(
+    "name,override,fragment",
+    [
+        ("03", "LINK_GB_PER_S=0", "LINK_GB_PER_S=0 must be positive"),
+        ("04", "RANKS=[2]", "must contain 1"),
+        ("04", "RANKS=[]", "must not be empty"),
+        ("04", "RANKS=[1,64]", "asks for 64 processes"),
+        ("00", "OVERFIT_STEPS=0", "must be positive"),
+        ("00", "LEARNING_RATE=nan", "must be a finite number"),
+        ("00", "EVAL_EVERY=500", "must be at most OVERFIT_STEPS"),
+        ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
+        ("06", "GPUS=6", "power of two"),
+    ],
+)
 def test_ranges_and_relations_are_refused_before_a_kernel_starts(tmp_path, name, override, fragment):
     with pytest.raises(LongctxError, match=fragment):
         harness.run(name, "cpu", harness.parse_overrides([override]), out=tmp_path / "out")
@@ -285,20 +302,24 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     outputs.claim_folder(sw.out, "sweep")  # as sweep.run does, before the finished point below
     first = sw.points()[0]
     sw.folder(first).mkdir(parents=True)
-    (sw.folder(first) / "point.json").write_text(json.dumps(
-        {"status": "ok", "key": sw.key(first), "results": {"measured_peak_chunked_mib": 1.0}}))
+    (sw.folder(first) / "point.json").write_text(
+        json.dumps({"status": "ok", "key": sw.key(first), "results": {"measured_peak_chunked_mib": 1.0}})
+    )
     with pytest.raises(LongctxError, match="No result named 'measured_peak_chunkd_mib'.*measured_peak_chunked_mib"):
         sweep.run(sw, metric="measured_peak_chunkd_mib", progress=False)
     assert not sw.folder(sw.points()[1]).exists()  # the second point never ran
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--learning-rate", "nan"], "--learning-rate must be a positive finite number"),
-    (["--rope-theta", "0"], "--rope-theta must be a positive finite number"),
-    (["--steps", "0"], "--steps must be an integer ≥ 1"),
-    (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),
-    (["--preset", "bogus"], "Unknown model preset 'bogus'"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--learning-rate", "nan"], "--learning-rate must be a positive finite number"),
+        (["--rope-theta", "0"], "--rope-theta must be a positive finite number"),
+        (["--steps", "0"], "--steps must be an integer ≥ 1"),
+        (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),
+        (["--preset", "bogus"], "Unknown model preset 'bogus'"),
+    ],
+)
 def test_pretrain_options_are_refused_by_their_flag(tmp_path, capsys, args, fragment):
     from longctx.cli import main
 
@@ -371,12 +392,13 @@ def test_second_fuzz_pass_inputs_are_refused_before_a_kernel(tmp_path):
     with pytest.raises(LongctxError, match="must assign plain literals"):
         harness.run(str(nb), "ci", out=tmp_path / "a")
     for name, override, fragment in (
-            ("00", {"MODEL": "/etc/hostname"}, "Unknown model '/etc/hostname'"),
-            ("01", {"CPU_LENGTHS": [128.0, 512]}, "has 128.0, which must be a whole number"),
-            ("05", {"RUN_PADS": [0]}, "has 0, which must be null"),
-            ("05", {"BACKEND": "bogus"}, "must be one of auto, inductor"),
-            ("06", {"SEQ_LEN": 1000001}, "must be a multiple of 2 × GPUS = 16"),
-            ("02", {"BETA_FAST": "bogus"}, "BETA_FAST='bogus' must be a number")):
+        ("00", {"MODEL": "/etc/hostname"}, "Unknown model '/etc/hostname'"),
+        ("01", {"CPU_LENGTHS": [128.0, 512]}, "has 128.0, which must be a whole number"),
+        ("05", {"RUN_PADS": [0]}, "has 0, which must be null"),
+        ("05", {"BACKEND": "bogus"}, "must be one of auto, inductor"),
+        ("06", {"SEQ_LEN": 1000001}, "must be a multiple of 2 × GPUS = 16"),
+        ("02", {"BETA_FAST": "bogus"}, "BETA_FAST='bogus' must be a number"),
+    ):
         with pytest.raises(LongctxError, match=fragment):
             harness.run(name, "ci", override, out=tmp_path / "b")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -412,23 +434,26 @@ def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
     assert "is the data folder itself" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["run", "00", "--size", "ci", "--out", "/tmp/" + "a" * 300], "--out '/tmp/aaa.*is too long to name a file"),
-    (["run", "00", "--size", "ci", "-p", "MODEL=" + "a" * 300], "The model 'aaa.*is too long"),
-    (["estimate", "--model", "a" * 300, "--seq-len", "1k"], "is too long"),
-    (["estimate", "--model", "", "--seq-len", "1k"], "The model is '': name a preset"),
-    (["run", "00", "--size", "ci", "--out", "~no-such-user-here/x"], "this machine has no such user"),
-    (["run", "00", "--size", "ci", "-p", "SEQ_LEN=" + "9" * 5000], "5000 digits"),
-    (["pretrain", "--seq-len", "1", "--out", "/tmp/never-made"], "--seq-len must be an integer ≥ 2"),
-    (["estimate", "--model", "a" * 97 + "/b", "--seq-len", "1k"], "Unknown model preset"),
-    (["run", "00", "--size", "ci", "--out", "   "], "--out is empty"),
-    (["pretrain", "--out", "/tmp/" + "p" * 250, "--steps", "1"], "at most 191 bytes a name"),  # room for temporaries
-    (["run", "00", "--size", "ci", "-p", "SEED=4294967296"], "SEED=4294967296 must be a whole number from 0 to"),
-    (["pretrain", "--seed", "4294967296", "--out", "/tmp/never-made"], "--seed must be below 4,294,967,296"),
-    (["run", "00", "--size", "ci", "-p", "SEED=1", "-p", "SEED=2"], "SEED is given twice"),
-    (["run", "/any/dir/00_memory_primer", "--size", "ci"], "is a path but not a notebook file"),
-    (["estimate", "--model", "qwen3-0.6b", "--seq-len", "9" * 5000], "characters\\)' is not a positive integer"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["run", "00", "--size", "ci", "--out", "/tmp/" + "a" * 300], "--out '/tmp/aaa.*is too long to name a file"),
+        (["run", "00", "--size", "ci", "-p", "MODEL=" + "a" * 300], "The model 'aaa.*is too long"),
+        (["estimate", "--model", "a" * 300, "--seq-len", "1k"], "is too long"),
+        (["estimate", "--model", "", "--seq-len", "1k"], "The model is '': name a preset"),
+        (["run", "00", "--size", "ci", "--out", "~no-such-user-here/x"], "this machine has no such user"),
+        (["run", "00", "--size", "ci", "-p", "SEQ_LEN=" + "9" * 5000], "5000 digits"),
+        (["pretrain", "--seq-len", "1", "--out", "/tmp/never-made"], "--seq-len must be an integer ≥ 2"),
+        (["estimate", "--model", "a" * 97 + "/b", "--seq-len", "1k"], "Unknown model preset"),
+        (["run", "00", "--size", "ci", "--out", "   "], "--out is empty"),
+        (["pretrain", "--out", "/tmp/" + "p" * 250, "--steps", "1"], "at most 191 bytes a name"),  # room for temporaries
+        (["run", "00", "--size", "ci", "-p", "SEED=4294967296"], "SEED=4294967296 must be a whole number from 0 to"),
+        (["pretrain", "--seed", "4294967296", "--out", "/tmp/never-made"], "--seed must be below 4,294,967,296"),
+        (["run", "00", "--size", "ci", "-p", "SEED=1", "-p", "SEED=2"], "SEED is given twice"),
+        (["run", "/any/dir/00_memory_primer", "--size", "ci"], "is a path but not a notebook file"),
+        (["estimate", "--model", "qwen3-0.6b", "--seq-len", "9" * 5000], "characters\\)' is not a positive integer"),
+    ],
+)
 def test_names_and_numbers_no_file_system_can_take_are_refused_plainly(argv, fragment, capsys):
     from longctx.cli import main
 

@@ -36,7 +36,7 @@ def test_every_lever_lesson_opens_the_mechanism_in_a_few_checked_lines(name):
     cells = _cells(name)
     heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "Look inside" in c.source]
     assert heads, f"{name}: no 'Look inside' section"
-    code = next(c.source for c in cells[heads[0] + 1:] if c.cell_type == "code")
+    code = next(c.source for c in cells[heads[0] + 1 :] if c.cell_type == "code")
     lines = [x for x in code.splitlines() if x.strip() and not x.lstrip().startswith(("import ", "from "))]
     assert len(lines) <= 20, f"{name}: the look-inside cell has {len(lines)} lines"
     assert "assert" in code or "allclose" in code, f"{name}: the look-inside cell checks nothing"
@@ -57,8 +57,11 @@ def test_every_lesson_has_exercises_with_answers_a_recap_and_a_next_step(name):
 
 
 def _lever_table(text):
-    return [line for line in text.splitlines() if line.startswith("| ") and "what it fixes" not in line
-            and line.count("|") == 5 and "(0" in line]
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith("| ") and "what it fixes" not in line and line.count("|") == 5 and "(0" in line
+    ]
 
 
 def test_the_readme_cheat_sheet_is_the_table_lesson_06_ends_on():

@@ -1,12 +1,23 @@
-"""The code passes ruff (pycodestyle, pyflakes, import order; the rules are in pyproject.toml)."""
+"""The code passes ruff: the lint rules (pycodestyle, pyflakes, import order) and the formatter, both configured in
+pyproject.toml. `ruff format helpers tests benchmarks scripts` fixes what the second test finds."""
 
 import subprocess
 import sys
 
 from longctx.paths import REPO
 
+CODE = ["helpers", "tests", "benchmarks", "scripts"]  # the notebooks' cells are lessons' text, laid out by hand
+
+
+def _ruff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", *args, *CODE], cwd=REPO, capture_output=True, text=True)
+
 
 def test_the_code_passes_ruff():
-    out = subprocess.run([sys.executable, "-m", "ruff", "check", "helpers", "tests", "benchmarks", "scripts"], cwd=REPO,
-                         capture_output=True, text=True)
+    out = _ruff("check")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_code_is_formatted_by_ruff():
+    out = _ruff("format", "--check")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -63,8 +63,11 @@ def test_01_chunked_loss(ran):
     # the estimator reproduces the measured step
     assert res["estimate_over_measured"] == pytest.approx(1.0, abs=0.02)
     # Qwen3-4B, bf16, checkpointing, chunked, 98,304 tokens vs the guide's figures (GB in the guide, GiB here)
-    for key, figure in (("full_peak_96k_gib", guide.QWEN3_4B_96K), ("full_fixed_gib", guide.QWEN3_4B_FIXED),
-                        ("full_per_layer_saved_gib", guide.QWEN3_4B_96K_BAND)):
+    for key, figure in (
+        ("full_peak_96k_gib", guide.QWEN3_4B_96K),
+        ("full_fixed_gib", guide.QWEN3_4B_FIXED),
+        ("full_per_layer_saved_gib", guide.QWEN3_4B_96K_BAND),
+    ):
         assert res[key] == pytest.approx(figure.value, rel=figure.rel), f"{key}: {figure.what}"
     assert res["full_saved_layer_tensors"] == 36 and res["full_bands"] == guide.QWEN3_4B_96K_BANDS.value  # 36 + 2
     assert res["full_plain_32k_gib"] > 80
@@ -113,8 +116,10 @@ def test_04_context_parallelism(ran):
         assert res["cp"][n]["grad_max_abs_diff"] <= 1e-4
         assert res["cp"][n]["activations_ratio"] <= limit
     if res["sp2"] is None:
-        pytest.skip("Ulysses SP not run: DeepSpeed is not installed in this environment (optional extra "
-                    "'deepspeed', which needs DS_BUILD_OPS=0 and --no-build-isolation)")
+        pytest.skip(
+            "Ulysses SP not run: DeepSpeed is not installed in this environment (optional extra "
+            "'deepspeed', which needs DS_BUILD_OPS=0 and --no-build-isolation)"
+        )
     sp = res["sp2"]
     assert sp["loss_abs_diff"] <= 1e-5 and sp["activations_ratio"] <= 0.6
     # the gradients agree up to DeepSpeed's factor of sp_size (deepspeedai/DeepSpeed#5248), stated in the notebook
@@ -163,8 +168,9 @@ def test_figures_regenerate_identically(ran, tmp_path):
 
     notebooks = set(figures.GUIDE_FIGURES.values())
     first = figures.regenerate("ci", tmp_path / "a", runs={nb: ran(nb) for nb in notebooks}, progress=False)
-    second = figures.regenerate("ci", tmp_path / "b", runs={nb: ran(nb) for nb in notebooks - set(RERUN_FOR_FIGURES)},
-                                progress=False)
+    second = figures.regenerate(
+        "ci", tmp_path / "b", runs={nb: ran(nb) for nb in notebooks - set(RERUN_FOR_FIGURES)}, progress=False
+    )
     names = {p.name for p in first.iterdir() if not p.name.startswith(".longctx-")}  # the command's own ledger aside
     assert {f"{n}.{ext}" for n in figures.GUIDE_FIGURES for ext in ("png", "svg")} | {"index.md"} == names
     for name in sorted(names - {"index.md"}):
@@ -174,13 +180,17 @@ def test_figures_regenerate_identically(ran, tmp_path):
 
 # stderr a lesson may show, each with its reason; everything else on stderr is library noise to silence at its
 # source (longctx.quiet) or a warning to fix in our own code
-ALLOWED_STDERR = {
-}
+ALLOWED_STDERR = {}
 
 
 def _stderr(nb) -> list[str]:
-    return ["".join(o.text) for c in nb.cells if c.cell_type == "code" for o in c.outputs
-            if o.output_type == "stream" and o.name == "stderr"]
+    return [
+        "".join(o.text)
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "stream" and o.name == "stderr"
+    ]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -197,6 +207,11 @@ def test_a_lesson_shows_no_library_noise(ran, name):
     nb = nbformat.read(ran(name).executed, as_version=4)
     noise = [text for text in _stderr(nb) if not any(re.search(p, text) for p in ALLOWED_STDERR)]
     assert not noise, f"{name}: {len(noise)} stderr outputs, the first: {noise[0][:300]!r}"
-    stdout = "".join("".join(o.text) for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                     if o.output_type == "stream" and o.name == "stdout")
+    stdout = "".join(
+        "".join(o.text)
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "stream" and o.name == "stdout"
+    )
     assert "{'loss'" not in stdout and "{'train_runtime'" not in stdout  # the trainer's log dicts, printed

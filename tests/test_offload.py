@@ -29,8 +29,9 @@ def test_host_pool_moves_every_layer_input_and_changes_nothing():
 
 def test_host_pool_through_trainer_train(tmp_path):
     ds = data.long_sequences(64, 4, seed=0)
-    cfg = train.TrainConfig(output_dir=str(tmp_path), max_steps=2, gradient_checkpointing=True, offload="host-pool",
-                            extra={"disable_tqdm": True})
+    cfg = train.TrainConfig(
+        output_dir=str(tmp_path), max_steps=2, gradient_checkpointing=True, offload="host-pool", extra={"disable_tqdm": True}
+    )
     trainer = train.make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer())
     trainer.train()
     mcfg = models.config("tiny")
@@ -38,12 +39,15 @@ def test_host_pool_through_trainer_train(tmp_path):
     assert train.host_pool(trainer).to_host_bytes == expected
 
 
-@pytest.mark.parametrize("kwargs,device,fragment", [
-    (dict(offload=True, checkpointing=False), "cpu", "gradient_checkpointing on"),
-    (dict(offload=True, checkpointing=True), "cpu", "host-pool"),
-    (dict(offload="host-pool", checkpointing=True), "cuda", "offload=True"),
-    (dict(offload="yes", checkpointing=True), "cpu", "must be one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs,device,fragment",
+    [
+        (dict(offload=True, checkpointing=False), "cpu", "gradient_checkpointing on"),
+        (dict(offload=True, checkpointing=True), "cpu", "host-pool"),
+        (dict(offload="host-pool", checkpointing=True), "cuda", "offload=True"),
+        (dict(offload="yes", checkpointing=True), "cpu", "must be one of"),
+    ],
+)
 def test_offload_refusals(kwargs, device, fragment):
     with pytest.raises(LongctxError, match=fragment):
         offload.check_offload(kwargs["offload"], checkpointing=kwargs["checkpointing"], device=device)
@@ -71,6 +75,5 @@ def test_upstream_offload_still_crashes_on_cpu():
 
 def test_a_trainer_without_the_host_pool_has_none(tmp_path):
     cfg = train.TrainConfig(output_dir=str(tmp_path), max_steps=1, extra={"disable_tqdm": True})
-    trainer = train.make_trainer(models.load("tiny"), data.long_sequences(64, 2, seed=0), cfg,
-                                 processing_class=data.tokenizer())
+    trainer = train.make_trainer(models.load("tiny"), data.long_sequences(64, 2, seed=0), cfg, processing_class=data.tokenizer())
     assert train.host_pool(trainer) is None and not hasattr(trainer, "host_pool")

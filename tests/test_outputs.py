@@ -33,14 +33,14 @@ def test_a_folder_marked_by_hand_is_one_claim_folder_accepts(tmp_path):
     assert outputs.claim_folder(folder, "site", write=False) == folder.resolve()
 
 
-
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_command_whose_output_cannot_be_written_says_so_without_a_traceback():
     import subprocess
     import sys
 
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "longctx.cli", "list"], stdout=full, stderr=subprocess.PIPE,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "longctx.cli", "list"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "could not write the output: No space left on device" in done.stderr

@@ -10,21 +10,25 @@ def _cfg(**changes):
     return cfg
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(seq_len=1001, cp_size=4), r"not a multiple of 2 × cp_size = 8: pad to 1008"),
-    (dict(seq_len=1024, cp_size=2, packing=True), "Packing cannot be used with context parallelism"),
-    (dict(seq_len=1024, sp_size=4), r"must divide the model's 2 KV heads.*\[1, 2\]"),
-    (dict(seq_len=1024, sp_size=3), "must divide"),
-    (dict(seq_len=1024, cp_size=2, sp_size=2), "not both"),
-    (dict(seq_len=1024, cp_size=0), "cp_size must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(seq_len=1001, cp_size=4), r"not a multiple of 2 × cp_size = 8: pad to 1008"),
+        (dict(seq_len=1024, cp_size=2, packing=True), "Packing cannot be used with context parallelism"),
+        (dict(seq_len=1024, sp_size=4), r"must divide the model's 2 KV heads.*\[1, 2\]"),
+        (dict(seq_len=1024, sp_size=3), "must divide"),
+        (dict(seq_len=1024, cp_size=2, sp_size=2), "not both"),
+        (dict(seq_len=1024, cp_size=0), "cp_size must be a positive integer"),
+    ],
+)
 def test_plan_refusals(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         parallel.check_plan(_cfg(), **kwargs)
 
 
-@pytest.mark.parametrize("changes", [dict(use_sliding_window=True, sliding_window=128),
-                                     dict(layer_types=["full_attention", "sliding_attention"])])
+@pytest.mark.parametrize(
+    "changes", [dict(use_sliding_window=True, sliding_window=128), dict(layer_types=["full_attention", "sliding_attention"])]
+)
 def test_sliding_window_models_are_refused_under_cp(changes):
     with pytest.raises(LongctxError, match="sliding_attention"):
         parallel.check_plan(_cfg(**changes), 1024, cp_size=2)
@@ -77,8 +81,10 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
     import time
 
     out = tmp_path / "run"
-    code = ("from longctx import parallel\n"
-            f"parallel.launch('cp', 2, model='small', seq_len=65536, out={str(out)!r}, progress=False)\n")
+    code = (
+        "from longctx import parallel\n"
+        f"parallel.launch('cp', 2, model='small', seq_len=65536, out={str(out)!r}, progress=False)\n"
+    )
     kernel = subprocess.Popen([sys.executable, "-c", code])  # stands in for the notebook's kernel
     deadline = time.time() + 120
     while len(_workers_of(out)) < 3 and time.time() < deadline:  # torchrun and its two ranks are up
@@ -116,16 +122,18 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path):
     import sys
     import time
 
-    code = ("import os, time\n"
-            "from concurrent.futures import ProcessPoolExecutor\n"
-            "from multiprocessing import get_context\n"
-            "from longctx import children\n"
-            "if __name__ == '__main__':\n"
-            "    pool = ProcessPoolExecutor(2, mp_context=get_context('spawn'), initializer=children.stop_with_parent)\n"
-            "    futures = [pool.submit(time.sleep, 120) for _ in range(2)]\n"
-            "    time.sleep(3)\n"
-            "    print(*[p.pid for p in pool._processes.values()], flush=True)\n"
-            "    time.sleep(120)\n")
+    code = (
+        "import os, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from multiprocessing import get_context\n"
+        "from longctx import children\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(2, mp_context=get_context('spawn'), initializer=children.stop_with_parent)\n"
+        "    futures = [pool.submit(time.sleep, 120) for _ in range(2)]\n"
+        "    time.sleep(3)\n"
+        "    print(*[p.pid for p in pool._processes.values()], flush=True)\n"
+        "    time.sleep(120)\n"
+    )
     script = tmp_path / "sweep_like.py"
     script.write_text(code)
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)

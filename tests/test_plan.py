@@ -9,36 +9,56 @@ from longctx.memory.estimate import estimate
 
 
 def _llama(tmp_path):
-    LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=4096).save_pretrained(tmp_path)
+    LlamaConfig(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    ).save_pretrained(tmp_path)
     return str(tmp_path / "config.json")
 
 
 def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
-    assert main(["plan", "--model", _llama(tmp_path), "--seq-len", "8k", "--gpus", "2", "--gpu-memory", "0.05",
-                 "--json"]) == 0
+    assert main(["plan", "--model", _llama(tmp_path), "--seq-len", "8k", "--gpus", "2", "--gpu-memory", "0.05", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [s["levers"][-1] for s in out["steps"]] == ["plain loss", "chunked loss", "checkpointing", "offload",
-                                                       "context parallel ×2"]
+    assert [s["levers"][-1] for s in out["steps"]] == [
+        "plain loss",
+        "chunked loss",
+        "checkpointing",
+        "offload",
+        "context parallel ×2",
+    ]
     peaks = [s["per_gpu_peak_gib"] for s in out["steps"]]
     assert peaks[-1] < peaks[3] < peaks[2]  # each of the last levers lowers the peak
     assert all(s["fits"] == (s["per_gpu_peak_gib"] <= 0.05) for s in out["steps"])
     assert out["cheapest"] == next((s for s in out["steps"] if s["fits"]), None)
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "use --gpus 4"),
-    (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad to 1000016"),
-    (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "\\(--gpu\\) must be a positive"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "use --gpus 4"),
+        (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad to 1000016"),
+        (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "\\(--gpu\\) must be a positive"),
+    ],
+)
 def test_plan_refusals(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         plan.plan("qwen3-8b", **kwargs)
 
 
 def test_plan_refuses_sliding_window_models_under_cp(tmp_path):
-    MistralConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                  num_key_value_heads=2, sliding_window=4096).save_pretrained(tmp_path)
+    MistralConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=4096,
+    ).save_pretrained(tmp_path)
     with pytest.raises(LongctxError, match="sliding_attention"):
         plan.plan(str(tmp_path / "config.json"), 1048576, gpus=8, gpu_memory_gib=80)
 
@@ -61,11 +81,14 @@ def test_cp_halves_the_per_rank_activations():
     assert two.max_by_category()["optimizer"] == pytest.approx(one.max_by_category()["optimizer"] / 2, rel=0.01)
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(cp_size=3), "power of two"),
-    (dict(cp_size=2, fake=False), "fake tensors only"),
-    (dict(mixed_precision=True), "cp_size > 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(cp_size=3), "power of two"),
+        (dict(cp_size=2, fake=False), "fake tensors only"),
+        (dict(mixed_precision=True), "cp_size > 1"),
+    ],
+)
 def test_bad_cp_estimates(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         estimate("tiny", 1024, **kwargs)
@@ -85,10 +108,11 @@ def test_a_model_the_estimator_refuses_is_refused_before_any_worker_starts(tmp_p
 
 
 def test_the_plan_table_is_one_text_for_the_cli_and_the_lesson():
-    steps = [{"levers": ["chunked loss"], "per_gpu_peak_gib": 120.0, "fits": False},
-             {"levers": ["chunked loss", "context parallel ×2"], "per_gpu_peak_gib": 60.5, "fits": True}]
-    result = {"model": "qwen3-4b", "seq_len": 262144, "gpus": 2, "gpu_memory_gib": 80.0, "steps": steps,
-              "cheapest": steps[1]}
+    steps = [
+        {"levers": ["chunked loss"], "per_gpu_peak_gib": 120.0, "fits": False},
+        {"levers": ["chunked loss", "context parallel ×2"], "per_gpu_peak_gib": 60.5, "fits": True},
+    ]
+    result = {"model": "qwen3-4b", "seq_len": 262144, "gpus": 2, "gpu_memory_gib": 80.0, "steps": steps, "cheapest": steps[1]}
     lines = plan.table(result).splitlines()
     assert lines[0] == "qwen3-4b at 262,144 tokens, up to 2 GPU(s) of 80 GiB:"
     assert "over" in lines[1] and "fits" in lines[2] and lines[-1].endswith("(60.5 GiB per GPU)")

@@ -9,8 +9,7 @@ matplotlib.use("Agg")
 
 
 def test_importing_plots_changes_no_matplotlib_setting():
-    probe = ("import matplotlib as m; before = dict(m.rcParams); import longctx.plots; "
-             "print(dict(m.rcParams) == before)")
+    probe = "import matplotlib as m; before = dict(m.rcParams); import longctx.plots; print(dict(m.rcParams) == before)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stdout.strip() == "True", out.stderr
 

@@ -12,7 +12,6 @@ def test_a_profile_names_the_row_where_a_phase_ends():
     assert prof.end_of("forward") == dict(zip(CATEGORIES, timeline[1].tolist())) and prof.end_of("optimizer") == {}
 
 
-
 def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tmp_path):
     import numpy as np
     import pytest
@@ -26,7 +25,8 @@ def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tm
     with pytest.raises(KeyError, match="declare them in META_KEYS"):
         prof.note("estimate", loss_value=1.0)  # a real step's loss value is not an estimate's loss kind
     assert set(estimate("tiny", 64, dtype="fp32", device="cpu").meta) == set(META_KEYS["estimate"])
-    step = sft_step_profile(models.load("tiny", dtype="fp32"), data.long_sequences(64, 2), output_dir=str(tmp_path),
-                            processing_class=data.tokenizer())
+    step = sft_step_profile(
+        models.load("tiny", dtype="fp32"), data.long_sequences(64, 2), output_dir=str(tmp_path), processing_class=data.tokenizer()
+    )
     pool_keys = {"host_peak_bytes", "host_peak_tensors", "to_host_bytes", "to_device_bytes"}  # only with offload
     assert set(step.meta) == set(META_KEYS["trainer_step"]) - pool_keys and isinstance(step.meta["loss_value"], float)

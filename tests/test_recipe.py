@@ -44,20 +44,23 @@ def _gpu_calls():
     spec = {"out": "out", "seed": 0, "checkpointing": True, "seq_len": 8192, "pad_to_multiple_of": 4, "device": "cuda"}
     yarn_cfg = rope.with_yarn(models.config("tiny"), 256, 1024)
     return {
-        "accumulation": train.TrainConfig(output_dir="o", per_device_train_batch_size=2, gradient_accumulation_steps=16,
-                                          for_device="cuda").sft_call(),
+        "accumulation": train.TrainConfig(
+            output_dir="o", per_device_train_batch_size=2, gradient_accumulation_steps=16, for_device="cuda"
+        ).sft_call(),
         "checkpointing": train.TrainConfig(output_dir="o", gradient_checkpointing=True, for_device="cuda").sft_call(),
         "chunked loss": train.TrainConfig(output_dir="o", for_device="cuda").sft_call(),
-        "yarn": train.TrainConfig(output_dir="o", max_length=1024, for_device="cuda",
-                                  extra={"model_init_kwargs": rope.model_init_kwargs(yarn_cfg)}).sft_call(),
-        "offload": train.TrainConfig(output_dir="o", gradient_checkpointing=True, offload=True,
-                                     for_device="cuda").sft_call(),
+        "yarn": train.TrainConfig(
+            output_dir="o", max_length=1024, for_device="cuda", extra={"model_init_kwargs": rope.model_init_kwargs(yarn_cfg)}
+        ).sft_call(),
+        "offload": train.TrainConfig(output_dir="o", gradient_checkpointing=True, offload=True, for_device="cuda").sft_call(),
         "context parallelism": rank_call({**spec, "mode": "cp"}, 4),
         "sequence parallelism": rank_call({**spec, "mode": "sp"}, 4),
-        "padding": padding.padded_config(pad_to_multiple_of=64, steps=2, max_length=512, output_dir="o",
-                                           for_device="cuda").sft_call(),
-        "static cache": compiling.grpo_call(cache_implementation="static", steps=2, max_completion_length=16,
-                                            output_dir="o", for_device="cuda"),
+        "padding": padding.padded_config(
+            pad_to_multiple_of=64, steps=2, max_length=512, output_dir="o", for_device="cuda"
+        ).sft_call(),
+        "static cache": compiling.grpo_call(
+            cache_implementation="static", steps=2, max_completion_length=16, output_dir="o", for_device="cuda"
+        ),
         "lora": recipe.Call(LoraConfig, {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}),
         "one million tokens": _script().train_config(1048576, steps=1, out="o", processes=8, for_device="cuda").sft_call(),
     }
@@ -97,12 +100,14 @@ def test_the_yarn_snippet_gives_the_model_sfttrainer_loads_the_rescaled_rotary(t
     folder = tmp_path / "model"
     models.load("tiny").save_pretrained(folder)
     wanted = rope.with_yarn(models.config("tiny"), 128, 512)
-    call = train.TrainConfig(output_dir=str(tmp_path / "run"), max_length=512,
-                             extra={"model_init_kwargs": rope.model_init_kwargs(wanted)}).sft_call()
+    call = train.TrainConfig(
+        output_dir=str(tmp_path / "run"), max_length=512, extra={"model_init_kwargs": rope.model_init_kwargs(wanted)}
+    ).sft_call()
     local = f"args = SFTConfig(output_dir={str(tmp_path / 'run')!r}, use_cpu=True, bf16=False, report_to='none', "
     args = _executed(recipe.snippet(call, "yarn").replace("args = SFTConfig(", local))
-    trainer = SFTTrainer(model=str(folder), args=args, train_dataset=data.long_sequences(64, 2),
-                         processing_class=data.tokenizer())
+    trainer = SFTTrainer(
+        model=str(folder), args=args, train_dataset=data.long_sequences(64, 2), processing_class=data.tokenizer()
+    )
     assert trainer.model.config.rope_parameters["rope_type"] == "yarn"
     assert trainer.model.config.rope_parameters["factor"] == 4.0
     assert trainer.model.config.max_position_embeddings == 512
@@ -119,7 +124,7 @@ def test_a_call_builds_nested_calls_and_refuses_what_it_cannot_print():
 
     call = recipe.Call(dict, {"p": recipe.Call(ParallelismConfig, {"cp_size": 2}), "n": [1, (2,)]})
     assert call.build()["p"].cp_size == 2
-    assert call.source() == 'dict(p=ParallelismConfig(cp_size=2), n=[1, (2,)])'
+    assert call.source() == "dict(p=ParallelismConfig(cp_size=2), n=[1, (2,)])"
     with pytest.raises(LongctxError, match="cannot be printed"):
         recipe.Call(dict, {"x": object()}).source()
     with pytest.raises(LongctxError, match="Unknown lever"):

@@ -8,14 +8,21 @@ from longctx import LongctxError, models, rope
 
 def test_yarn_parameters_use_transformers_keys():
     assert rope.yarn_parameters(32768, 1048576, 1e6) == {
-        "rope_type": "yarn", "rope_theta": 1e6, "factor": 32.0, "original_max_position_embeddings": 32768}
+        "rope_type": "yarn",
+        "rope_theta": 1e6,
+        "factor": 32.0,
+        "original_max_position_embeddings": 32768,
+    }
 
 
-@pytest.mark.parametrize("args,kwargs,fragment", [
-    ((32768, 1048576, 1e6), dict(factor=16.0), "factor 16 does not match the lengths"),
-    ((32768, 32768, 1e6), {}, "not above the trained length"),
-    ((32768, 16384, 1e6), {}, "not above the trained length"),
-])
+@pytest.mark.parametrize(
+    "args,kwargs,fragment",
+    [
+        ((32768, 1048576, 1e6), dict(factor=16.0), "factor 16 does not match the lengths"),
+        ((32768, 32768, 1e6), {}, "not above the trained length"),
+        ((32768, 16384, 1e6), {}, "not above the trained length"),
+    ],
+)
 def test_yarn_refusals(args, kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         rope.yarn_parameters(*args, **kwargs)
@@ -33,29 +40,36 @@ def test_yarn_refuses_another_rope_theta():
 def test_yarn_betas_use_transformers_keys():
     params = rope.yarn_parameters(128, 1536, 100.0, beta_fast=4)
     assert params["beta_fast"] == 4.0 and "beta_slow" not in params
-    cfg = rope.with_yarn(models.config("small", rope_parameters={"rope_type": "default", "rope_theta": 100.0}),
-                         128, 1536, beta_fast=4)
+    cfg = rope.with_yarn(
+        models.config("small", rope_parameters={"rope_type": "default", "rope_theta": 100.0}), 128, 1536, beta_fast=4
+    )
     with_beta, _ = ROPE_INIT_FUNCTIONS["yarn"](cfg, torch.device("cpu"))
     cfg.rope_parameters.pop("beta_fast")
     default, _ = ROPE_INIT_FUNCTIONS["yarn"](cfg, torch.device("cpu"))
     assert not torch.equal(with_beta, default)  # transformers reads the key
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    (dict(beta_fast=1.0), "must be above beta_slow"),
-    (dict(beta_fast=4.0, beta_slow=8.0), "must be above beta_slow"),
-    (dict(beta_fast=-1.0), "positive number of turns"),
-    (dict(beta_fast="auto"), "positive number of turns"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        (dict(beta_fast=1.0), "must be above beta_slow"),
+        (dict(beta_fast=4.0, beta_slow=8.0), "must be above beta_slow"),
+        (dict(beta_fast=-1.0), "positive number of turns"),
+        (dict(beta_fast="auto"), "positive number of turns"),
+    ],
+)
 def test_yarn_beta_refusals(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
         rope.yarn_parameters(128, 1536, 100.0, **kwargs)
 
 
-@pytest.mark.parametrize("spec,trained,wanted,betas", [
-    ("qwen3-4b", 40960, 163840, {}),
-    ("small", 128, 1536, {"beta_fast": 4.0}),
-])
+@pytest.mark.parametrize(
+    "spec,trained,wanted,betas",
+    [
+        ("qwen3-4b", 40960, 163840, {}),
+        ("small", 128, 1536, {"beta_fast": 4.0}),
+    ],
+)
 def test_pair_scaling_follows_the_turns(spec, trained, wanted, betas):
     """Pairs left alone turn more than beta_fast times inside the trained range; fully interpolated ones
     fewer than beta_slow times (the YaRN paper's rule, as transformers computes it)."""

@@ -17,7 +17,6 @@ def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
         rules.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})
 
 
-
 def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     models.config("tiny").save_pretrained(tmp_path)  # config.json only
     for value in (str(tmp_path), str(tmp_path / "config.json")):
@@ -55,8 +54,11 @@ def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(no
     path = harness.resolve(notebook)
     for ok in ("A100-80GB", "h200", "79.5"):
         harness.check_parameters(path, {"GPU": ok}, "ci")
-    for bad, fragment in (("H100", "Unknown GPU 'H100'; use one of H100-80GB"), ("-1", "must be a positive number"),
-                          (79.5, "quote it to pass it as text")):
+    for bad, fragment in (
+        ("H100", "Unknown GPU 'H100'; use one of H100-80GB"),
+        ("-1", "must be a positive number"),
+        (79.5, "quote it to pass it as text"),
+    ):
         with pytest.raises(LongctxError, match=fragment):
             harness.check_parameters(path, {"GPU": bad}, "ci")
 

@@ -52,7 +52,9 @@ def test_the_site_never_replaces_a_folder_it_did_not_build(ci_runs, tmp_path):
 
 
 def test_broken_links_are_found(tmp_path):
-    (tmp_path / "a.html").write_text('<a href="b.html">b</a><img src="fig.png"><a href="https://example.org">x</a>'
-                                     '<a href="#top">top</a><link href="/assets/x.css">')
+    (tmp_path / "a.html").write_text(
+        '<a href="b.html">b</a><img src="fig.png"><a href="https://example.org">x</a>'
+        '<a href="#top">top</a><link href="/assets/x.css">'
+    )
     (tmp_path / "b.html").write_text("<p>b</p>")
     assert site.broken_links(tmp_path) == ["a.html: fig.png", "a.html: /assets/x.css"]

@@ -20,8 +20,20 @@ FAST = {"FULL_MODEL": "tiny", "FULL_LENGTHS": [1024], "PLAIN_LENGTHS": [512], "C
 
 
 def _cli(out: Path, *extra: str) -> list[str]:
-    args = [sys.executable, "-m", "longctx.cli", "sweep", "01", "--size", "ci", "--out", str(out), "-q",
-            "--metric", "measured_peak_chunked_mib"]
+    args = [
+        sys.executable,
+        "-m",
+        "longctx.cli",
+        "sweep",
+        "01",
+        "--size",
+        "ci",
+        "--out",
+        str(out),
+        "-q",
+        "--metric",
+        "measured_peak_chunked_mib",
+    ]
     for g in GRID:
         args += ["--grid", g]
     for k, v in FAST.items():
@@ -63,8 +75,7 @@ def test_sweep_table_and_plot(killed_then_resumed):
     out = killed_then_resumed[0]
     rows = list(csv.DictReader((out / "sweep.csv").open()))
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
-    assert {(r["SEQ_LEN"], r["TILE_TOKENS"]) for r in rows} == {("256", "64"), ("256", "128"), ("512", "64"),
-                                                                ("512", "128")}
+    assert {(r["SEQ_LEN"], r["TILE_TOKENS"]) for r in rows} == {("256", "64"), ("256", "128"), ("512", "64"), ("512", "128")}
     peaks = {(r["SEQ_LEN"], r["TILE_TOKENS"]): float(r["measured_peak_chunked_mib"]) for r in rows}
     assert peaks[("512", "64")] > peaks[("256", "64")]
     assert (out / "sweep_measured_peak_chunked_mib.png").exists()
@@ -83,11 +94,17 @@ def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_pa
     assert list((tmp_path / "submitit").iterdir())  # submitit's own job folders: it really submitted
 
 
-@pytest.mark.parametrize("ename,evalue", [
-    ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 20 GiB"),
-    ("RuntimeError", "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
-                     "to allocate 256000000000 bytes."),  # torch's CPU allocator
-])
+@pytest.mark.parametrize(
+    "ename,evalue",
+    [
+        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 20 GiB"),
+        (
+            "RuntimeError",
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
+            "to allocate 256000000000 bytes.",
+        ),  # torch's CPU allocator
+    ],
+)
 def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path, ename, evalue):
     calls = []
 
@@ -112,20 +129,28 @@ def test_other_failures_are_recorded_and_retried(tmp_path):
     assert not sweep.is_done(folder)
 
 
-@pytest.mark.parametrize("grid,fragment", [
-    ({}, "grid is empty"),
-    ({"NOT_A_PARAM": [1, 2]}, "Its parameters: MODEL, DTYPE, SEQ_LEN"),
-    ({"SEQ_LEN": ["long"]}, "SEQ_LEN must be int"),
-])
+@pytest.mark.parametrize(
+    "grid,fragment",
+    [
+        ({}, "grid is empty"),
+        ({"NOT_A_PARAM": [1, 2]}, "Its parameters: MODEL, DTYPE, SEQ_LEN"),
+        ({"SEQ_LEN": ["long"]}, "SEQ_LEN must be int"),
+    ],
+)
 def test_bad_sweeps_are_refused(grid, fragment):
     with pytest.raises(LongctxError, match=fragment):
         sweep.Sweep("01", "ci", grid)
 
 
-@pytest.mark.parametrize("items,fragment", [
-    ([], "grid is empty"), (["SEQ_LEN"], "KEY=V1,V2"), (["SEQ_LEN="], "no values"),
-    (["SEQ_LEN=1", "SEQ_LEN=2"], "given twice"),
-])
+@pytest.mark.parametrize(
+    "items,fragment",
+    [
+        ([], "grid is empty"),
+        (["SEQ_LEN"], "KEY=V1,V2"),
+        (["SEQ_LEN="], "no values"),
+        (["SEQ_LEN=1", "SEQ_LEN=2"], "given twice"),
+    ],
+)
 def test_bad_grid_text(items, fragment):
     with pytest.raises(LongctxError, match=fragment):
         sweep.parse_grid(items)
@@ -133,7 +158,9 @@ def test_bad_grid_text(items, fragment):
 
 def test_grid_lists_keep_their_commas():
     assert sweep.parse_grid(["CPU_LENGTHS=[128,256],[512]", "SEQ_LEN=1e3"]) == {
-        "CPU_LENGTHS": [[128, 256], [512]], "SEQ_LEN": [1000.0]}
+        "CPU_LENGTHS": [[128, 256], [512]],
+        "SEQ_LEN": [1000.0],
+    }
 
 
 def test_slurm_options_need_the_slurm_executor(tmp_path):
@@ -169,9 +196,11 @@ def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
     folder.mkdir(parents=True)
     (folder / "point.json").write_text(json.dumps({"status": "ok", "key": a.key(point)}))
     assert a.pending() == []
-    for other in (sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={**FAST, "TILE_TOKENS": 64}, out=tmp_path),
-                  sweep.Sweep("01", "cpu", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path),
-                  sweep.Sweep("03", "ci", {"SEQ_LEN": [256]}, out=tmp_path)):
+    for other in (
+        sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={**FAST, "TILE_TOKENS": 64}, out=tmp_path),
+        sweep.Sweep("01", "cpu", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path),
+        sweep.Sweep("03", "ci", {"SEQ_LEN": [256]}, out=tmp_path),
+    ):
         # another fixed value, size or notebook: a new folder, nothing reused, nothing removed
         assert other.pending() == other.points() and other.folder(point) != folder
     assert (folder / "point.json").exists()
@@ -193,8 +222,7 @@ def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):
     point = sw.points()[0]
     sw.folder(point).mkdir(parents=True)
     (sw.folder(point) / "point.json").write_text(json.dumps({"status": "ok", "key": sw.key(point)}))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     host = socket.gethostname()
     live = tmp_path / "points" / f".other.tmp-{host}-{os.getpid()}"  # another sweep, running now
     gone = tmp_path / "points" / f".killed.tmp-{host}-{dead}"  # a sweep that was killed
@@ -282,8 +310,10 @@ def _left_behind(sid: int, out: Path) -> list[int]:
 
 
 # The CLI under a harness that prints every thread's stack on SIGUSR1: a sweep that ignores Ctrl-C says where.
-_WITH_STACKS = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
-                "from longctx.cli import main; sys.exit(main(sys.argv[1:]))")
+_WITH_STACKS = (
+    "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+    "from longctx.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 def _why_still_running(pid: int, out: Path, log: Path) -> str:
@@ -343,8 +373,9 @@ def test_hidden_folders_the_notebook_default_model_and_the_library_are_in_the_ke
     shutil.copytree(data_dir() / "yarn-base", model)
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed={"MODEL": str(model)}, out=tmp_path / "sw")
     before = sw.key(sw.points()[0])
-    (model / "config.json").write_text((model / "config.json").read_text().replace('"intermediate_size": 384',
-                                                                                   '"intermediate_size": 512'))
+    (model / "config.json").write_text(
+        (model / "config.json").read_text().replace('"intermediate_size": 384', '"intermediate_size": 512')
+    )
     assert sw.key(sw.points()[0]) != before
     # notebook 02 reads the base model by its own default MODEL = "base"
     yarn02 = sweep.Sweep("02", "ci", {"SEED": [1]}, out=tmp_path / "y")

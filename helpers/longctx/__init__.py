@@ -13,8 +13,12 @@ def versions() -> dict:
     import trl
 
     return {
-        "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-        "accelerate": accelerate.__version__, "longctx": __version__, "device": device(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "accelerate": accelerate.__version__,
+        "longctx": __version__,
+        "device": device(),
     }
 
 

@@ -42,22 +42,40 @@ def _norm(grads: dict[str, torch.Tensor]) -> float:
     return float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())))
 
 
-def check_accumulation(model_fn, dataset, *, micro_batch: int = 8, steps: int = 4, output_dir: str,
-                       processing_class=None, seed: int = 0) -> AccumulationCheck:
+def check_accumulation(
+    model_fn, dataset, *, micro_batch: int = 8, steps: int = 4, output_dir: str, processing_class=None, seed: int = 0
+) -> AccumulationCheck:
     """Gradient of one batch of micro_batch·steps vs `steps` accumulated micro-batches, both through
     SFTTrainer (one optimizer step each, gradient clipping off so the raw gradients are compared),
     and the same accumulation written by hand without dividing by `steps`."""
     common = dict(max_steps=1, max_grad_norm=0.0, seed=seed, logging_steps=1, extra={"disable_tqdm": True})
-    big = _captured_grads(model_fn, dataset, TrainConfig(
-        output_dir=f"{output_dir}/batch", per_device_train_batch_size=micro_batch * steps, **common), processing_class)
-    acc = _captured_grads(model_fn, dataset, TrainConfig(
-        output_dir=f"{output_dir}/accumulated", per_device_train_batch_size=micro_batch,
-        gradient_accumulation_steps=steps, **common), processing_class)
+    big = _captured_grads(
+        model_fn,
+        dataset,
+        TrainConfig(output_dir=f"{output_dir}/batch", per_device_train_batch_size=micro_batch * steps, **common),
+        processing_class,
+    )
+    acc = _captured_grads(
+        model_fn,
+        dataset,
+        TrainConfig(
+            output_dir=f"{output_dir}/accumulated",
+            per_device_train_batch_size=micro_batch,
+            gradient_accumulation_steps=steps,
+            **common,
+        ),
+        processing_class,
+    )
     diff = max(float((big[n] - acc[n]).abs().max()) for n in big)
     undivided = _undivided_grads(model_fn, dataset, micro_batch, steps, big_order=_order(dataset, seed))
     return AccumulationCheck(
-        batch=micro_batch * steps, micro_batch=micro_batch, steps=steps, max_abs_diff=diff,
-        grad_norm_batch=_norm(big), grad_norm_accumulated=_norm(acc), grad_norm_undivided=_norm(undivided),
+        batch=micro_batch * steps,
+        micro_batch=micro_batch,
+        steps=steps,
+        max_abs_diff=diff,
+        grad_norm_batch=_norm(big),
+        grad_norm_accumulated=_norm(acc),
+        grad_norm_undivided=_norm(undivided),
         undivided_ratio=_norm(undivided) / _norm(big),
     )
 
@@ -79,6 +97,6 @@ def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, big_order:
     model.train()
     ids = torch.tensor(dataset["input_ids"])[big_order[: micro_batch * steps]].to(next(model.parameters()).device)
     for i in range(steps):
-        chunk = ids[i * micro_batch:(i + 1) * micro_batch]
+        chunk = ids[i * micro_batch : (i + 1) * micro_batch]
         model(input_ids=chunk, labels=chunk).loss.backward()  # missing: / steps
     return {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -20,8 +20,14 @@ from .paths import data_dir, user_path
 from .rules import SEED_LIMIT
 
 BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
-    "preset": "small", "rope_theta": 100.0, "seq_len": 128, "steps": 1000, "batch": 32, "learning_rate": 3e-3,
-    "warmup_steps": 100, "seed": 0,
+    "preset": "small",
+    "rope_theta": 100.0,
+    "seq_len": 128,
+    "steps": 1000,
+    "batch": 32,
+    "learning_rate": 3e-3,
+    "warmup_steps": 100,
+    "seed": 0,
 }
 
 
@@ -35,44 +41,96 @@ def checkpoint_dir() -> Path:
     return data_dir() / "yarn-base"
 
 
-def pretrain(out: str | Path | None = None, *, preset: str = BASE["preset"], rope_theta: float = BASE["rope_theta"],
-             seq_len: int = BASE["seq_len"], steps: int = BASE["steps"], batch: int = BASE["batch"],
-             learning_rate: float = BASE["learning_rate"], warmup_steps: int = BASE["warmup_steps"],
-             seed: int = BASE["seed"], progress: bool = True, force: bool = False) -> Path:
+def pretrain(
+    out: str | Path | None = None,
+    *,
+    preset: str = BASE["preset"],
+    rope_theta: float = BASE["rope_theta"],
+    seq_len: int = BASE["seq_len"],
+    steps: int = BASE["steps"],
+    batch: int = BASE["batch"],
+    learning_rate: float = BASE["learning_rate"],
+    warmup_steps: int = BASE["warmup_steps"],
+    seed: int = BASE["seed"],
+    progress: bool = True,
+    force: bool = False,
+) -> Path:
     """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`. A
     folder that already holds a model (the committed data/yarn-base by default) is refused before
     training unless `force`, and then only the model's own files are replaced."""
     from . import data, models, outputs
     from .train import TrainConfig, run_sft
 
-    _check_pretrain_args(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
-                         learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
-    model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                   "tokenizer_config.json", "manifest.json", data.CHECKSUMS}
+    _check_pretrain_args(
+        preset=preset,
+        rope_theta=rope_theta,
+        seq_len=seq_len,
+        steps=steps,
+        batch=batch,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+        seed=seed,
+    )
+    model_files = {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "manifest.json",
+        data.CHECKSUMS,
+    }
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
-        raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
-                           "folder of its own, e.g. --out data/my-base.")
+        raise LongctxError(
+            f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
+            "folder of its own, e.g. --out data/my-base."
+        )
     out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
-    params = dict(preset=preset, rope_theta=rope_theta, seq_len=seq_len, steps=steps, batch=batch,
-                  learning_rate=learning_rate, warmup_steps=warmup_steps, seed=seed)
+    params = dict(
+        preset=preset,
+        rope_theta=rope_theta,
+        seq_len=seq_len,
+        steps=steps,
+        batch=batch,
+        learning_rate=learning_rate,
+        warmup_steps=warmup_steps,
+        seed=seed,
+    )
     rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
     model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
     dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
     with outputs.staging(out) as tmp:
-        cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), max_steps=steps, per_device_train_batch_size=batch,
-                          learning_rate=learning_rate, lr_scheduler_type="cosine", warmup_steps=warmup_steps,
-                          seed=seed, logging_steps=max(1, steps // 20), extra={"disable_tqdm": not progress})
+        cfg = TrainConfig(
+            output_dir=str(Path(tmp) / "run"),
+            max_steps=steps,
+            per_device_train_batch_size=batch,
+            learning_rate=learning_rate,
+            lr_scheduler_type="cosine",
+            warmup_steps=warmup_steps,
+            seed=seed,
+            logging_steps=max(1, steps // 20),
+            extra={"disable_tqdm": not progress},
+        )
         result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
         if not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
             # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
-            raise LongctxError(f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "
-                               f"{out}. Lower --learning-rate or check --rope-theta.")
+            raise LongctxError(
+                f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "
+                f"{out}. Lower --learning-rate or check --rope-theta."
+            )
         files = Path(tmp) / "model"
         model.save_pretrained(files, safe_serialization=True)
         data.tokenizer().save_pretrained(files)
-        manifest = {"params": params, "trained_length": seq_len, "final_loss": result.losses[-1],
-                    "losses": result.losses, "seconds": result.seconds, "command": command(params),
-                    "params_count": models.n_params(model), "created": time.strftime("%Y-%m-%d")}
+        manifest = {
+            "params": params,
+            "trained_length": seq_len,
+            "final_loss": result.losses[-1],
+            "losses": result.losses,
+            "seconds": result.seconds,
+            "command": command(params),
+            "params_count": models.n_params(model),
+            "created": time.strftime("%Y-%m-%d"),
+        }
         (files / "manifest.json").write_text(json.dumps(manifest, indent=2))
         data.write_checksums(files)
         outputs.place(files, out, "pretrain")  # the training run's folder goes with the temporary one
@@ -85,11 +143,18 @@ def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_
 
     if models.preset(preset).config.get("vocab_size") != data.VOCAB_SIZE:
         cpu = [name for name, p in models.PRESETS.items() if p.config.get("vocab_size") == data.VOCAB_SIZE]
-        raise LongctxError(f"--preset {preset}: pretraining runs on this machine's CPU over the corpus's "
-                           f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}.")
+        raise LongctxError(
+            f"--preset {preset}: pretraining runs on this machine's CPU over the corpus's "
+            f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
+        )
     # a window of one token has no next token to predict: the loss would be 0 and teach nothing
-    for flag, value, low in (("--seq-len", seq_len, 2), ("--steps", steps, 1), ("--batch", batch, 1),
-                             ("--warmup-steps", warmup_steps, 0), ("--seed", seed, 0)):
+    for flag, value, low in (
+        ("--seq-len", seq_len, 2),
+        ("--steps", steps, 1),
+        ("--batch", batch, 1),
+        ("--warmup-steps", warmup_steps, 0),
+        ("--seed", seed, 0),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise LongctxError(f"{flag} must be an integer ≥ {low}, got {value!r}.")
     if seed >= SEED_LIMIT:
@@ -98,12 +163,15 @@ def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise LongctxError(f"{flag} must be a positive finite number, got {value!r}.")
     if steps * batch * seq_len > 2**28:  # the windows are built in memory before training
-        raise LongctxError(f"--steps × --batch × --seq-len = {steps * batch * seq_len:,} tokens, over the {2**28:,} "
-                           "this CPU pretraining takes; lower one of them.")
+        raise LongctxError(
+            f"--steps × --batch × --seq-len = {steps * batch * seq_len:,} tokens, over the {2**28:,} "
+            "this CPU pretraining takes; lower one of them."
+        )
 
 
-def load_base(path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None,
-              beta_fast: float | None = None):
+def load_base(
+    path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None, beta_fast: float | None = None
+):
     """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -123,8 +191,10 @@ def manifest(path: str | Path | None = None) -> dict:
     """The base model's manifest.json (its parameters, losses and the command that built it)."""
     path = Path(path or checkpoint_dir())
     if not (path / "manifest.json").is_file():
-        raise LongctxError(f"No pretrained base model at {path}: the repository ships one in data/yarn-base (check "
-                           "LONGCTX_DATA, which moves data/), or build one with `longctx pretrain --out DIR`.")
+        raise LongctxError(
+            f"No pretrained base model at {path}: the repository ships one in data/yarn-base (check "
+            "LONGCTX_DATA, which moves data/), or build one with `longctx pretrain --out DIR`."
+        )
     return json.loads((path / "manifest.json").read_text())
 
 

@@ -36,26 +36,31 @@ class Card:
     def describe(self) -> str:
         if self.reported_mib:
             return f"{self.name}: {self.capacity_gib:.2f} GiB reported by the driver ({self.source})"
-        return (f"{self.name}: {self.capacity_gib:.2f} GiB, the datasheet's {self.sold_gb} GB (the driver's total for "
-                "this card is not on record here; it is smaller: measure it with benchmarks/gpu_check.py)")
+        return (
+            f"{self.name}: {self.capacity_gib:.2f} GiB, the datasheet's {self.sold_gb} GB (the driver's total for "
+            "this card is not on record here; it is smaller: measure it with benchmarks/gpu_check.py)"
+        )
 
 
-CARDS = {c.name: c for c in (
-    Card("H100-80GB", 80, 81559, _NVIDIA_SMI_TOTALS),
-    Card("A100-80GB", 80, 81920, _NVIDIA_SMI_TOTALS),
-    Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS),
-    Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS),
-    Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)"),
-)}
+CARDS = {
+    c.name: c
+    for c in (
+        Card("H100-80GB", 80, 81559, _NVIDIA_SMI_TOTALS),
+        Card("A100-80GB", 80, 81920, _NVIDIA_SMI_TOTALS),
+        Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS),
+        Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS),
+        Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)"),
+    )
+}
 
 # What a real step holds on the card that the fake-tensor estimate does not trace, each a labelled term.
 UNMODELLED = {
     "CUDA context": "the driver's and the kernels' own memory outside torch's allocator, taken when CUDA starts "
-                    "(total - free after torch.cuda.init(), with nothing allocated)",
+    "(total - free after torch.cuda.init(), with nothing allocated)",
     "allocator rounding": "the caching allocator rounds each block up and keeps freed blocks cached "
-                          "(torch.cuda.memory_reserved() - memory_allocated() at the peak)",
+    "(torch.cuda.memory_reserved() - memory_allocated() at the peak)",
     "NCCL buffers": "the communicator's buffers for the ring's exchanges, with context parallelism only "
-                    "(NCCL_BUFFSIZE per channel and peer)",
+    "(NCCL_BUFFSIZE per channel and peer)",
 }
 
 
@@ -82,5 +87,5 @@ def verdict(peak_gib: float, gpu: str | float | int, cp_size: int = 1) -> str:
     """'fits'/'does not fit' on a card, the room left, and the terms it does not count."""
     gib, how = capacity(gpu)
     room = gib - peak_gib
-    head = (f"fits {how}, with {room:.2f} GiB left" if room >= 0 else f"does not fit {how}: {-room:.2f} GiB over")
+    head = f"fits {how}, with {room:.2f} GiB left" if room >= 0 else f"does not fit {how}: {-room:.2f} GiB over"
     return head + "; not counted: " + "; ".join(unmodelled(cp_size))

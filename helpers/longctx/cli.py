@@ -23,17 +23,19 @@ def _cmd_sweep(args) -> None:
     from . import harness, sweep
 
     slurm = {k: v for k, v in (("partition", args.partition), ("gpus", args.gpus), ("time", args.time)) if v is not None}
-    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid or []),
-                     fixed=harness.parse_overrides(args.param or []), out=args.out)
-    path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric,
-                     progress=not args.quiet)
+    sw = sweep.Sweep(
+        args.notebook, args.size, sweep.parse_grid(args.grid or []), fixed=harness.parse_overrides(args.param or []), out=args.out
+    )
+    path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric, progress=not args.quiet)
     rows = sweep.table(sw)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "died", "missing")}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
     if counts["error"] or counts["died"] or counts["missing"]:
         unfinished = counts["error"] + counts["died"] + counts["missing"]
-        raise LongctxError(f"{unfinished} point(s) did not finish; see point.json under "
-                           f"{sw.out / 'points'} and re-run the same command to retry them.")
+        raise LongctxError(
+            f"{unfinished} point(s) did not finish; see point.json under "
+            f"{sw.out / 'points'} and re-run the same command to retry them."
+        )
 
 
 def _cmd_figures(args) -> None:
@@ -77,12 +79,17 @@ def _cmd_data(args) -> None:
     if args.verify:
         named = os.environ.get("LONGCTX_DATA")
         if named and not user_path(named, "LONGCTX_DATA").is_dir():  # verifying creates nothing
-            raise LongctxError(f"LONGCTX_DATA={named} does not exist: there is nothing to verify. Build the data there "
-                               "with `longctx data`, or unset LONGCTX_DATA to verify the repository's data/.")
+            raise LongctxError(
+                f"LONGCTX_DATA={named} does not exist: there is nothing to verify. Build the data there "
+                "with `longctx data`, or unset LONGCTX_DATA to verify the repository's data/."
+            )
         problems = data.verify()
         if problems:
-            raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems)
-                               + "\nRebuild it with `longctx data --force` (the corpus) or by removing the files named.")
+            raise LongctxError(
+                "the data on disk is not what `longctx data` built:\n  "
+                + "\n  ".join(problems)
+                + "\nRebuild it with `longctx data --force` (the corpus) or by removing the files named."
+            )
         print(f"data verified: {data_dir()}")
         return
     corpus = data.fetch_corpus(force=args.force, download=True)
@@ -93,8 +100,10 @@ def _cmd_data(args) -> None:
     if problems:
         raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems))
     data.record_built()
-    print(f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
-          f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}")
+    print(
+        f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
+        f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}"
+    )
 
 
 def _cmd_lab(args) -> None:
@@ -112,8 +121,11 @@ def _cmd_lab(args) -> None:
     try:
         lab.write_settings()
     except OSError as exc:  # an environment this user cannot write to: JupyterLab still starts, with its defaults
-        print(f"longctx: note: could not write {lab.settings_file()} ({exc.strerror}); JupyterLab may ask about "
-              "its news feed once.", file=sys.stderr)
+        print(
+            f"longctx: note: could not write {lab.settings_file()} ({exc.strerror}); JupyterLab may ask about "
+            "its news feed once.",
+            file=sys.stderr,
+        )
     extra = args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args
     cmd = lab.command(root, *extra)
     os.execv(cmd[0], cmd)  # JupyterLab takes over this process (Ctrl-C stops it the way it always does)
@@ -139,10 +151,20 @@ def _cmd_estimate(args) -> None:
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
-    profile = estimate(args.model, parse_length(args.seq_len), loss=args.loss, checkpointing=not args.no_checkpointing,
-                       offload=args.offload, dtype=args.dtype, batch=args.batch, cp_size=args.cp_size,
-                       mixed_precision=args.mixed_precision, device=args.device, optim=args.optim,
-                       attn_implementation=args.attn)
+    profile = estimate(
+        args.model,
+        parse_length(args.seq_len),
+        loss=args.loss,
+        checkpointing=not args.no_checkpointing,
+        offload=args.offload,
+        dtype=args.dtype,
+        batch=args.batch,
+        cp_size=args.cp_size,
+        mixed_precision=args.mixed_precision,
+        device=args.device,
+        optim=args.optim,
+        attn_implementation=args.attn,
+    )
     summary = profile.summary()
     summary["versions"] = versions()
     if args.gpu is not None:
@@ -151,18 +173,23 @@ def _cmd_estimate(args) -> None:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         per = f", per rank of {args.cp_size} (CP)" if args.cp_size > 1 else ""
-        print(f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
-              f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
-              f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
-              f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
-              f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
-              f"{args.optim} AdamW)")
+        print(
+            f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
+            f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
+            f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
+            f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
+            f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
+            f"{args.optim} AdamW)"
+        )
         if summary["attention_mask_gib"] > 0:
             window = summary["sliding_window"]
-            print(f"note: {summary['attention_mask_gib']:.2f} GiB of the step are (sequence × sequence) attention masks "
-                  f"that transformers builds for {args.attn}" + (f" (sliding window of {window:,} tokens)" if window else "")
-                  + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
-                  "builds none: estimate with it to see the difference.")
+            print(
+                f"note: {summary['attention_mask_gib']:.2f} GiB of the step are (sequence × sequence) attention masks "
+                f"that transformers builds for {args.attn}"
+                + (f" (sliding window of {window:,} tokens)" if window else "")
+                + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
+                "builds none: estimate with it to see the difference."
+            )
         if args.gpu is not None:
             print(f"{args.gpu}: {summary['fit']}")
 
@@ -172,8 +199,14 @@ def _cmd_plan(args) -> None:
     from .plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
-    result = plan(args.model, parse_length(args.seq_len), gpus=args.gpus, gpu_memory_gib=gib,
-                  mixed_precision=args.mixed_precision, progress=not args.json)
+    result = plan(
+        args.model,
+        parse_length(args.seq_len),
+        gpus=args.gpus,
+        gpu_memory_gib=gib,
+        mixed_precision=args.mixed_precision,
+        progress=not args.json,
+    )
     result["capacity"] = how
     if args.json:
         print(json.dumps(dict(result, versions=versions()), indent=2))
@@ -245,17 +278,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
-    p.add_argument("--mixed-precision", action="store_true",
-                   help="fp32 master weights and optimizer state, bf16 compute (FSDP2; needs --cp-size > 1)")
+    p.add_argument(
+        "--mixed-precision",
+        action="store_true",
+        help="fp32 master weights and optimizer state, bf16 compute (FSDP2; needs --cp-size > 1)",
+    )
     # the choices are checked (and listed) by the estimator itself, which this parser does not import
-    p.add_argument("--device", default="cuda",
-                   help="whose kernels the step runs: cuda (default; the GPU's, emulated on fake tensors) or cpu")
-    p.add_argument("--optim", default="fused",
-                   help="AdamW implementation: fused (the Trainer's default adamw_torch_fused), foreach, for-loop")
+    p.add_argument(
+        "--device", default="cuda", help="whose kernels the step runs: cuda (default; the GPU's, emulated on fake tensors) or cpu"
+    )
+    p.add_argument(
+        "--optim",
+        default="fused",
+        help="AdamW implementation: fused (the Trainer's default adamw_torch_fused), foreach, for-loop",
+    )
     p.add_argument("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
-    p.add_argument("--gpu", default=None,
-                   help="say whether the peak fits a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200) or a number "
-                        "of GiB, and what the estimate does not count")
+    p.add_argument(
+        "--gpu",
+        default=None,
+        help="say whether the peak fits a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200) or a number "
+        "of GiB, and what the estimate does not count",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_estimate)
 
@@ -263,9 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="preset or config.json path (any model family)")
     p.add_argument("--seq-len", required=True, help="tokens: 98304, 96k, 1M")
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
-    p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB",
-                   help="each GPU: a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) "
-                        "or a number of GiB (default H100-80GB)")
+    p.add_argument(
+        "--gpu",
+        "--gpu-memory",
+        dest="gpu",
+        default="H100-80GB",
+        help="each GPU: a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) "
+        "or a number of GiB (default H100-80GB)",
+    )
     p.add_argument("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
@@ -307,8 +355,11 @@ def main(argv: list[str] | None = None) -> int:
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
     except KeyboardInterrupt:
-        print("longctx: interrupted. Finished work is kept (a sweep's finished points, a run's earlier outputs); "
-              "run the same command again to go on.", file=sys.stderr)
+        print(
+            "longctx: interrupted. Finished work is kept (a sweep's finished points, a run's earlier outputs); "
+            "run the same command again to go on.",
+            file=sys.stderr,
+        )
         return 130
     except LongctxError as exc:
         if args.debug:

@@ -115,15 +115,27 @@ def register_cpu_ring_attention() -> bool:
             query, key, value, *rest = args
             dropout_p = rest[0] if rest else kwargs.pop("dropout_p", 0.0)
             is_causal = rest[1] if len(rest) > 1 else kwargs.pop("is_causal", False)
-            outs = cp._templated_ring_attention(mesh.get_group(), 2, fwd, query, key, value, is_causal=is_causal,
-                                                dropout_p=dropout_p, **kwargs)
+            outs = cp._templated_ring_attention(
+                mesh.get_group(), 2, fwd, query, key, value, is_causal=is_causal, dropout_p=dropout_p, **kwargs
+            )
         else:
             grad_out, query, key, value, out, logsumexp, dropout_p, is_causal = args[:8]
             outs = cp._templated_ring_attention_backward(
-                mesh.get_group(), 2, bwd, grad_out=grad_out, grad_out_name="grad_out", query=query, key=key,
-                value=value, out=out, logsumexp=logsumexp, is_causal=is_causal, dropout_p=dropout_p, **kwargs)
-        return tuple(DTensor.from_local(t, mesh, placements, run_check=False) if isinstance(t, torch.Tensor) else t
-                     for t in outs)
+                mesh.get_group(),
+                2,
+                bwd,
+                grad_out=grad_out,
+                grad_out_name="grad_out",
+                query=query,
+                key=key,
+                value=value,
+                out=out,
+                logsumexp=logsumexp,
+                is_causal=is_causal,
+                dropout_p=dropout_p,
+                **kwargs,
+            )
+        return tuple(DTensor.from_local(t, mesh, placements, run_check=False) if isinstance(t, torch.Tensor) else t for t in outs)
 
     handler.__qualname__ = "register_cpu_ring_attention.handler"
     cp.custom_ops[fwd] = handler
@@ -224,15 +236,22 @@ def gpu_dispatch(*, attention: bool = True):
         else:
             acc.addmm_(a.float(), b.float())
 
-    swaps = [(kernel, "_use_triton", lambda device: True),
-             (kernel, "_forward_kernel", gpu_kernels.TritonLaunch()),
-             (kernel, "_backward_kernel", gpu_kernels.TritonLaunch()),
-             (kernel, "triton", types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))),
-             (kernel, "_addmm_fp32", addmm_fp32),
-             (kernel, "range", tile_range)]  # a module global shadows the builtin for that module alone
+    swaps = [
+        (kernel, "_use_triton", lambda device: True),
+        (kernel, "_forward_kernel", gpu_kernels.TritonLaunch()),
+        (kernel, "_backward_kernel", gpu_kernels.TritonLaunch()),
+        (kernel, "triton", types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))),
+        (kernel, "_addmm_fp32", addmm_fp32),
+        (kernel, "range", tile_range),
+    ]  # a module global shadows the builtin for that module alone
     if attention:
-        swaps.append((torch.nn.functional, "scaled_dot_product_attention",
-                      gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)))
+        swaps.append(
+            (
+                torch.nn.functional,
+                "scaled_dot_product_attention",
+                gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention),
+            )
+        )
     missing = object()
     before = [(owner, name, getattr(owner, name, missing)) for owner, name, _ in swaps]
     for owner, name, value in swaps:

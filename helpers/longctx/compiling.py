@@ -85,17 +85,22 @@ def dynamo_snippet() -> str:
 
 
 @contextlib.contextmanager
-def compile_settings(*, recompile_limit: int = 512, automatic_dynamic_shapes: bool = AUTOMATIC_DYNAMIC_SHAPES,
-                     fresh_cache: bool = True):
+def compile_settings(
+    *, recompile_limit: int = 512, automatic_dynamic_shapes: bool = AUTOMATIC_DYNAMIC_SHAPES, fresh_cache: bool = True
+):
     """Dynamo set as on Neuron (no automatic dynamic shapes), a recompile limit high enough that every
     shape really compiles, and a fresh, empty inductor cache; compiled graphs held in memory are
     dropped on entry and exit."""
     import torch
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(torch._dynamo.config.patch(
-            automatic_dynamic_shapes=automatic_dynamic_shapes, recompile_limit=recompile_limit,
-            accumulated_recompile_limit=max(recompile_limit * 8, 4096)))
+        stack.enter_context(
+            torch._dynamo.config.patch(
+                automatic_dynamic_shapes=automatic_dynamic_shapes,
+                recompile_limit=recompile_limit,
+                accumulated_recompile_limit=max(recompile_limit * 8, 4096),
+            )
+        )
         if fresh_cache:
             folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-cache-"))
             before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
@@ -138,9 +143,11 @@ def compile_structure(probe: CompiledRun) -> CompileStructure:
     """From a probe run of two steps on two different shapes: the second step's compiles are what any new
     shape costs; what the first step compiled beyond that happens once."""
     if len(probe.step_compiles) != 2 or len(probe.census.distinct) != 2:
-        raise LongctxError(f"The probe must run 2 steps on 2 different batch shapes; it ran {len(probe.step_compiles)} "
-                           f"steps on {len(probe.census.distinct)} shape(s). Change SEED (or MIN_LEN) so that its two "
-                           "batches differ in length.")
+        raise LongctxError(
+            f"The probe must run 2 steps on 2 different batch shapes; it ran {len(probe.step_compiles)} "
+            f"steps on {len(probe.census.distinct)} shape(s). Change SEED (or MIN_LEN) so that its two "
+            "batches differ in length."
+        )
     first, second = probe.step_compiles
     return CompileStructure(per_shape=second, once=first - second)
 
@@ -155,21 +162,46 @@ class CompiledRun:
     step_compiles: list[int]  # compiles during each optimizer step
 
     def summary(self) -> dict:
-        return {"pad_to_multiple_of": self.pad_to_multiple_of, "shapes": len(self.census.distinct),
-                "padded_tokens": self.census.tokens, "seconds": self.seconds, **self.counter.summary(),
-                "step_compiles": self.step_compiles}
+        return {
+            "pad_to_multiple_of": self.pad_to_multiple_of,
+            "shapes": len(self.census.distinct),
+            "padded_tokens": self.census.tokens,
+            "seconds": self.seconds,
+            **self.counter.summary(),
+            "step_compiles": self.step_compiles,
+        }
 
 
-def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, backend: str = "inductor", batch_size: int = 4,
-                 max_length: int | None = None, output_dir: str, processing_class=None, seed: int = 0) -> CompiledRun:
+def compiled_sft(
+    model,
+    dataset,
+    *,
+    pad_to_multiple_of,
+    steps: int,
+    backend: str = "inductor",
+    batch_size: int = 4,
+    max_length: int | None = None,
+    output_dir: str,
+    processing_class=None,
+    seed: int = 0,
+) -> CompiledRun:
     """A real SFTTrainer run with `torch_compile=True` on `backend`, under `compile_settings()`: the shape
     census of its dataloader first, then training with every compile counted and timed."""
     from transformers import TrainerCallback
 
     pad = check_padding(pad_to_multiple_of, max_length)
-    trainer = padded_trainer(model, dataset, pad_to_multiple_of=pad, steps=steps, backend=backend,
-                             batch_size=batch_size, max_length=max_length, output_dir=output_dir,
-                             processing_class=processing_class, seed=seed)
+    trainer = padded_trainer(
+        model,
+        dataset,
+        pad_to_multiple_of=pad,
+        steps=steps,
+        backend=backend,
+        batch_size=batch_size,
+        max_length=max_length,
+        output_dir=output_dir,
+        processing_class=processing_class,
+        seed=seed,
+    )
     census = shape_census(trainer, steps)
     seen: list[tuple[int, ...]] = []
     collate = trainer.data_collator
@@ -183,6 +215,7 @@ def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, backend: str
     step_compiles: list[int] = []
 
     with compile_settings(), CompileCounter() as counter:
+
         class PerStep(TrainerCallback):
             def on_step_end(self, args, state, control, **kwargs):
                 step_compiles.append(counter.count - sum(step_compiles))
@@ -194,9 +227,18 @@ def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, backend: str
     return CompiledRun(pad, census, seen[:steps], counter, seconds, step_compiles)
 
 
-def grpo_generation(model, prompts: list[str], *, cache_implementation: str | None, steps: int = 2,
-                    max_completion_length: int = 16, backend: str = "aot_eager", output_dir: str,
-                    processing_class=None, seed: int = 0) -> dict:
+def grpo_generation(
+    model,
+    prompts: list[str],
+    *,
+    cache_implementation: str | None,
+    steps: int = 2,
+    max_completion_length: int = 16,
+    backend: str = "aot_eager",
+    output_dir: str,
+    processing_class=None,
+    seed: int = 0,
+) -> dict:
     """A real GRPOTrainer run (generation with Transformers, as on Neuron where vLLM does not run) with
     the model's forward compiled, so every new decoding shape is a compile: with the default dynamic KV
     cache each generated token changes the cache's length; a static cache keeps the shapes fixed."""
@@ -207,34 +249,69 @@ def grpo_generation(model, prompts: list[str], *, cache_implementation: str | No
     def reward_len(completions, **kwargs):  # the guide's toy reward: completions near a target length
         return [-abs(4 * max_completion_length - len(c)) / 100 for c in completions]
 
-    args = grpo_call(cache_implementation=cache_implementation, steps=steps, max_completion_length=max_completion_length,
-                     output_dir=output_dir, seed=seed).build()
+    args = grpo_call(
+        cache_implementation=cache_implementation,
+        steps=steps,
+        max_completion_length=max_completion_length,
+        output_dir=output_dir,
+        seed=seed,
+    ).build()
     if backend:  # on Neuron (backend None) the device compiles every shape by itself
         model.forward = torch.compile(model.forward, backend=backend)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_len, args=args,
-                          train_dataset=Dataset.from_dict({"prompt": list(prompts)}), processing_class=processing_class)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_len,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": list(prompts)}),
+        processing_class=processing_class,
+    )
     quiet.no_log_printing(trainer)
     with compile_settings(), CompileCounter() as counter:
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-    return {"cache_implementation": cache_implementation or "dynamic", "steps": steps, "seconds": seconds,
-            "seconds_per_step": seconds / steps, **counter.summary()}
+    return {
+        "cache_implementation": cache_implementation or "dynamic",
+        "steps": steps,
+        "seconds": seconds,
+        "seconds_per_step": seconds / steps,
+        **counter.summary(),
+    }
 
 
-def grpo_call(*, cache_implementation: str | None, steps: int, max_completion_length: int, output_dir: str,
-              seed: int = 0, for_device: str | None = None):
+def grpo_call(
+    *,
+    cache_implementation: str | None,
+    steps: int,
+    max_completion_length: int,
+    output_dir: str,
+    seed: int = 0,
+    for_device: str | None = None,
+):
     """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints)."""
     from trl import GRPOConfig
 
     from . import device
     from .recipe import Call
 
-    return Call(GRPOConfig, dict(
-        output_dir=output_dir, per_device_train_batch_size=4, num_generations=4, max_completion_length=max_completion_length,
-        cache_implementation=cache_implementation, max_steps=steps, learning_rate=1e-5,
-        use_cpu=(for_device or device()) == "cpu", bf16=False, report_to="none", logging_steps=1, disable_tqdm=True,
-        dataloader_pin_memory=False, seed=seed, save_strategy="no",
-        activation_checkpointing=True))  # GRPOConfig's own default, under transformers 5.24's name for it
-
-
+    return Call(
+        GRPOConfig,
+        dict(
+            output_dir=output_dir,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=max_completion_length,
+            cache_implementation=cache_implementation,
+            max_steps=steps,
+            learning_rate=1e-5,
+            use_cpu=(for_device or device()) == "cpu",
+            bf16=False,
+            report_to="none",
+            logging_steps=1,
+            disable_tqdm=True,
+            dataloader_pin_memory=False,
+            seed=seed,
+            save_strategy="no",
+            activation_checkpointing=True,
+        ),
+    )  # GRPOConfig's own default, under transformers 5.24's name for it

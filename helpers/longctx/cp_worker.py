@@ -21,8 +21,12 @@ def deepspeed_config() -> dict:
     """The DeepSpeed config of the Ulysses run. `torch_adam` makes DeepSpeed build torch.optim.AdamW: left
     to itself it picks FusedAdam on a GPU, a CUDA extension that it JIT-compiles with nvcc at start-up
     (longctx installs DeepSpeed with DS_BUILD_OPS=0: no prebuilt ops)."""
-    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 1},
-            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 1},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+    }
 
 
 def parallel_kwargs(mode: str, world: int) -> dict:
@@ -33,16 +37,20 @@ def parallel_kwargs(mode: str, world: int) -> dict:
     from .recipe import Call
 
     if mode == "cp":
-        return dict(parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
-                    fsdp="full_shard", fsdp_config={"fsdp_version": 2, "reshard_after_forward": True})
+        return dict(
+            parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
+            fsdp="full_shard",
+            fsdp_config={"fsdp_version": 2, "reshard_after_forward": True},
+        )
     if mode == "sp":
         from accelerate.utils import DeepSpeedSequenceParallelConfig
 
-        handler = Call(DeepSpeedSequenceParallelConfig, {"sp_seq_length_is_variable": True,
-                                                         "sp_attn_implementation": "sdpa"})
-        return dict(parallelism_config=Call(ParallelismConfig, {"sp_size": world, "sp_backend": "deepspeed",
-                                                                "sp_handler": handler}),
-                    deepspeed=deepspeed_config(), accelerator_config={"use_configured_state": True})
+        handler = Call(DeepSpeedSequenceParallelConfig, {"sp_seq_length_is_variable": True, "sp_attn_implementation": "sdpa"})
+        return dict(
+            parallelism_config=Call(ParallelismConfig, {"sp_size": world, "sp_backend": "deepspeed", "sp_handler": handler}),
+            deepspeed=deepspeed_config(),
+            accelerator_config={"use_configured_state": True},
+        )
     return {}
 
 
@@ -50,13 +58,24 @@ def sft_call(spec: dict, world: int):
     """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds)."""
     from .train import TrainConfig
 
-    extra = dict(packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"), save_strategy="no",
-                 disable_tqdm=True, **parallel_kwargs(spec["mode"], world))
-    return TrainConfig(output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, seed=spec["seed"],
-                       gradient_checkpointing=spec["checkpointing"], max_length=spec["seq_len"],
-                       bf16=spec["device"] == "cuda", for_device=spec["device"],
-                       max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
-                       extra=extra).sft_call()
+    extra = dict(
+        packing=False,
+        pad_to_multiple_of=spec.get("pad_to_multiple_of"),
+        save_strategy="no",
+        disable_tqdm=True,
+        **parallel_kwargs(spec["mode"], world),
+    )
+    return TrainConfig(
+        output_dir=str(Path(spec["out"]) / "trainer"),
+        max_steps=1,
+        seed=spec["seed"],
+        gradient_checkpointing=spec["checkpointing"],
+        max_length=spec["seq_len"],
+        bf16=spec["device"] == "cuda",
+        for_device=spec["device"],
+        max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
+        extra=extra,
+    ).sft_call()
 
 
 def _full_grads(model, deepspeed: bool = False) -> dict:
@@ -127,8 +146,7 @@ def main(spec_path: str) -> None:
             record["max_by_category"] = prof.max_by_category()
             record["activations_peak_bytes"] = prof.max_by_category()["activations"]
 
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok,
-                         callbacks=[Measure()])
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok, callbacks=[Measure()])
     quiet.no_log_printing(trainer)
     if spec["mode"] == "sp":
         with compat.before_deepspeed_step(lambda: tracker_box.update(grads=_full_grads(trainer.model, deepspeed=True))):

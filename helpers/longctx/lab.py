@@ -17,8 +17,10 @@ from .outputs import atomic
 # @jupyterlab/apputils-extension:notification (JupyterLab 4): with fetchNews left at "none" the first start
 # asks "Would you like to get notified about official Jupyter news?"; "false" answers it as no
 SETTINGS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
-SERVER_FLAGS = ["--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                "--MappingKernelManager.default_kernel_name=python3"]
+SERVER_FLAGS = [
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    "--MappingKernelManager.default_kernel_name=python3",
+]
 
 
 def settings_file(prefix: str | Path = sys.prefix) -> Path:
@@ -38,5 +40,12 @@ def write_settings(prefix: str | Path = sys.prefix) -> Path:
 
 def command(root: str | Path, *extra: str) -> list[str]:
     """The JupyterLab command line for the notebooks under `root`."""
-    return [sys.executable, "-m", "jupyterlab", *SERVER_FLAGS, f"--ServerApp.root_dir={Path(root).resolve()}",
-            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        *SERVER_FLAGS,
+        f"--ServerApp.root_dir={Path(root).resolve()}",
+        *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
+        *extra,
+    ]

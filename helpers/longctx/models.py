@@ -24,58 +24,148 @@ class Preset:
 
 
 _QWEN3_COMMON = dict(
-    vocab_size=151936, head_dim=128, num_key_value_heads=8, hidden_act="silu", rms_norm_eps=1e-6,
-    max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-    attention_bias=False, attention_dropout=0.0, use_sliding_window=False, bos_token_id=151643,
+    vocab_size=151936,
+    head_dim=128,
+    num_key_value_heads=8,
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    max_position_embeddings=40960,
+    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+    attention_bias=False,
+    attention_dropout=0.0,
+    use_sliding_window=False,
+    bos_token_id=151643,
     eos_token_id=151645,
 )
 _TINY_COMMON = dict(
-    hidden_act="silu", rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
-    attention_bias=False, attention_dropout=0.0, use_sliding_window=False, tie_word_embeddings=True,
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+    attention_bias=False,
+    attention_dropout=0.0,
+    use_sliding_window=False,
+    tie_word_embeddings=True,
     # the corpus tokenizer's only special token, <|endoftext|>, is id 0
-    bos_token_id=None, eos_token_id=0, pad_token_id=0,
+    bos_token_id=None,
+    eos_token_id=0,
+    pad_token_id=0,
 )
 
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
-        Preset("tiny", "2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU",
-               config=dict(_TINY_COMMON, vocab_size=4096, hidden_size=64, intermediate_size=192,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                           max_position_embeddings=2048)),
-        Preset("small", "4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse",
-               config=dict(_TINY_COMMON, vocab_size=4096, hidden_size=128, intermediate_size=384,
-                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                           max_position_embeddings=4096)),
-        Preset("deep", "24 layers, hidden 128, corpus vocabulary: enough layers for per-layer bands to show",
-               config=dict(_TINY_COMMON, vocab_size=4096, hidden_size=128, intermediate_size=384,
-                           num_hidden_layers=24, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                           max_position_embeddings=8192)),
-        Preset("tiny-qwen-vocab", "the tiny body with Qwen3's 151,936-token vocabulary: the logits dominate",
-               config=dict(_TINY_COMMON, vocab_size=151936, hidden_size=64, intermediate_size=192,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                           max_position_embeddings=40960)),
-        Preset("qwen3-0.6b", "Qwen3-0.6B: 28 layers, hidden 1024", "Qwen/Qwen3-0.6B",
-               dict(_QWEN3_COMMON, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                    num_attention_heads=16, tie_word_embeddings=True)),
-        Preset("qwen3-4b", "Qwen3-4B: 36 layers, hidden 2560", "Qwen/Qwen3-4B",
-               dict(_QWEN3_COMMON, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                    num_attention_heads=32, tie_word_embeddings=True)),
-        Preset("qwen3-8b", "Qwen3-8B: 36 layers, hidden 4096", "Qwen/Qwen3-8B",
-               dict(_QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                    num_attention_heads=32, tie_word_embeddings=False)),
+        Preset(
+            "tiny",
+            "2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU",
+            config=dict(
+                _TINY_COMMON,
+                vocab_size=4096,
+                hidden_size=64,
+                intermediate_size=192,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                max_position_embeddings=2048,
+            ),
+        ),
+        Preset(
+            "small",
+            "4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse",
+            config=dict(
+                _TINY_COMMON,
+                vocab_size=4096,
+                hidden_size=128,
+                intermediate_size=384,
+                num_hidden_layers=4,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=32,
+                max_position_embeddings=4096,
+            ),
+        ),
+        Preset(
+            "deep",
+            "24 layers, hidden 128, corpus vocabulary: enough layers for per-layer bands to show",
+            config=dict(
+                _TINY_COMMON,
+                vocab_size=4096,
+                hidden_size=128,
+                intermediate_size=384,
+                num_hidden_layers=24,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=32,
+                max_position_embeddings=8192,
+            ),
+        ),
+        Preset(
+            "tiny-qwen-vocab",
+            "the tiny body with Qwen3's 151,936-token vocabulary: the logits dominate",
+            config=dict(
+                _TINY_COMMON,
+                vocab_size=151936,
+                hidden_size=64,
+                intermediate_size=192,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                max_position_embeddings=40960,
+            ),
+        ),
+        Preset(
+            "qwen3-0.6b",
+            "Qwen3-0.6B: 28 layers, hidden 1024",
+            "Qwen/Qwen3-0.6B",
+            dict(
+                _QWEN3_COMMON,
+                hidden_size=1024,
+                intermediate_size=3072,
+                num_hidden_layers=28,
+                num_attention_heads=16,
+                tie_word_embeddings=True,
+            ),
+        ),
+        Preset(
+            "qwen3-4b",
+            "Qwen3-4B: 36 layers, hidden 2560",
+            "Qwen/Qwen3-4B",
+            dict(
+                _QWEN3_COMMON,
+                hidden_size=2560,
+                intermediate_size=9728,
+                num_hidden_layers=36,
+                num_attention_heads=32,
+                tie_word_embeddings=True,
+            ),
+        ),
+        Preset(
+            "qwen3-8b",
+            "Qwen3-8B: 36 layers, hidden 4096",
+            "Qwen/Qwen3-8B",
+            dict(
+                _QWEN3_COMMON,
+                hidden_size=4096,
+                intermediate_size=12288,
+                num_hidden_layers=36,
+                num_attention_heads=32,
+                tie_word_embeddings=False,
+            ),
+        ),
     ]
 }
 
 HUB_ID = re.compile(  # "org/name": what the hub calls a repository (huggingface_hub: 1 to 96 characters each)
-    r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+    r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$"
+)
 # Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide
 # number assumes (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
 
 
 def torch_dtype(name):
-    """"fp32" / "bf16" / "fp16" (or a torch.dtype) → the torch.dtype."""
+    """ "fp32" / "bf16" / "fp16" (or a torch.dtype) → the torch.dtype."""
     import torch
 
     table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -98,14 +188,18 @@ def preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise LongctxError(f"Unknown model preset {name!r}. Valid presets: {', '.join(PRESETS)}; "
-                           "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'.") from None
+        raise LongctxError(
+            f"Unknown model preset {name!r}. Valid presets: {', '.join(PRESETS)}; "
+            "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'."
+        ) from None
 
 
 def _check_not_empty(spec) -> None:
     if not isinstance(spec, str) or not spec.strip():
-        raise LongctxError(f"The model is {spec!r}: name a preset ({', '.join(PRESETS)}), a config.json or a model "
-                           "folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'.")
+        raise LongctxError(
+            f"The model is {spec!r}: name a preset ({', '.join(PRESETS)}), a config.json or a model "
+            "folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'."
+        )
 
 
 def is_local_config(path: Path) -> bool:
@@ -122,8 +216,10 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
         return
     if is_local_config(path):
         return
-    raise LongctxError(f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or a model folder "
-                       "holding one, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + ".")
+    raise LongctxError(
+        f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or a model folder "
+        "holding one, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + "."
+    )
 
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")  # what from_pretrained reads
@@ -149,15 +245,18 @@ def config(spec: str, **overrides):
         return Qwen3Config(**{**preset(spec).config, **overrides})
     path = user_path(spec, "The model")
     if not path.exists() and (path.suffix == ".json" or spec.startswith((".", "/", "~"))):
-        raise LongctxError(f"No model config at {spec}: give an existing config.json or model folder, a preset "
-                           f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'.")
+        raise LongctxError(
+            f"No model config at {spec}: give an existing config.json or model folder, a preset "
+            f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'."
+        )
     if path.exists() or HUB_ID.match(spec):
         source = str(path.parent) if path.name == "config.json" else str(path) if path.exists() else spec
         try:
             return AutoConfig.from_pretrained(source, **overrides)
         except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
-            raise LongctxError(f"Cannot read a model config from {spec}: {type(exc).__name__}: "
-                               f"{' '.join(str(exc).split())[:300]}") from None
+            raise LongctxError(
+                f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            ) from None
     preset(spec)  # raises with the list of presets
 
 

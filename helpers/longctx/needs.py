@@ -72,8 +72,10 @@ def of(notebook: str, size: str) -> Needs:
     try:
         return table()[notebook][size]
     except KeyError:
-        raise LongctxError(f"{table_path()} declares nothing for {notebook} at size {size!r}: add its needs "
-                           "(accelerator, gpus, gpu_memory_gb, hub, disk_gb, minutes).") from None
+        raise LongctxError(
+            f"{table_path()} declares nothing for {notebook} at size {size!r}: add its needs "
+            "(accelerator, gpus, gpu_memory_gb, hub, disk_gb, minutes)."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,10 @@ def machine() -> Machine:
     import torch
 
     if torch.cuda.is_available() and torch.cuda.device_count():
-        probe = ("import json, torch; print(json.dumps([torch.cuda.get_device_properties(i).total_memory "
-                 "for i in range(torch.cuda.device_count())]))")
+        probe = (
+            "import json, torch; print(json.dumps([torch.cuda.get_device_properties(i).total_memory "
+            "for i in range(torch.cuda.device_count())]))"
+        )
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
         if out.returncode:
             raise LongctxError(f"Could not read the GPUs' memory: {out.stderr.strip().splitlines()[-1:]}")
@@ -111,8 +115,9 @@ def hub_ids(params: dict) -> list[str]:
     from .harness import PATH_PARAMETERS
     from .models import HUB_ID
 
-    return [v for k, v in params.items() if isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists()
-            and k in PATH_PARAMETERS]
+    return [
+        v for k, v in params.items() if isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists() and k in PATH_PARAMETERS
+    ]
 
 
 def check(notebook: str, size: str, params: dict, have: Machine | None = None) -> Needs:
@@ -125,15 +130,19 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
     kinds = ("cuda", "neuron") if needs.accelerator == "cuda-or-neuron" else ("cuda",)
     if have.accelerator not in kinds or have.count < needs.gpus:
         found = f"{have.count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
-        raise LongctxError(f"{notebook} at size {size} needs {wanted}; this machine has {found}. Run it where they "
-                           "are (e.g. `longctx sweep ... --executor slurm --gpus N`), or use --size cpu (the lesson "
-                           "on a CPU) or --size rehearsal (the GPU code paths on a CPU).")
+        raise LongctxError(
+            f"{notebook} at size {size} needs {wanted}; this machine has {found}. Run it where they "
+            "are (e.g. `longctx sweep ... --executor slurm --gpus N`), or use --size cpu (the lesson "
+            "on a CPU) or --size rehearsal (the GPU code paths on a CPU)."
+        )
     if have.accelerator == "cuda":
-        small = [i for i, b in enumerate(have.memory_bytes[:needs.gpus]) if b < needs.gpu_memory_gb * GB]
+        small = [i for i, b in enumerate(have.memory_bytes[: needs.gpus]) if b < needs.gpu_memory_gb * GB]
         if small:
             sizes = ", ".join(f"cuda:{i} {have.memory_bytes[i] / GB:.0f} GB" for i in small)
-            raise LongctxError(f"{notebook} at size {size} needs {wanted}; this machine has {sizes}. Use larger "
-                               "cards, or lower the size's lengths with -p (check them first with `longctx estimate`).")
+            raise LongctxError(
+                f"{notebook} at size {size} needs {wanted}; this machine has {sizes}. Use larger "
+                "cards, or lower the size's lengths with -p (check them first with `longctx estimate`)."
+            )
     if needs.hub:
         _check_hub(notebook, size, needs, hub_ids(params))
     return needs
@@ -148,18 +157,22 @@ def _check_hub(notebook: str, size: str, needs: Needs, ids: list[str]) -> None:
     cached = [i for i in ids if any((cache / f"{kind}--{i.replace('/', '--')}").is_dir() for kind in ("models", "datasets"))]
     missing = [i for i in ids if i not in cached]
     if missing and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise LongctxError(f"{notebook} at size {size} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE "
-                           "is set and they are not in the cache. Download them first (huggingface-cli download), "
-                           "or point MODEL / DATASET at local folders with -p.")
+        raise LongctxError(
+            f"{notebook} at size {size} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE "
+            "is set and they are not in the cache. Download them first (huggingface-cli download), "
+            "or point MODEL / DATASET at local folders with -p."
+        )
     if missing:
         cache.mkdir(parents=True, exist_ok=True)
         import shutil
 
         free = shutil.disk_usage(cache).free
         if free < needs.disk_gb * GB:
-            raise LongctxError(f"{notebook} at size {size} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) "
-                               f"into {cache}, which has {free / GB:.1f} GB free. Free space there or set HF_HOME to "
-                               "a larger disk.")
+            raise LongctxError(
+                f"{notebook} at size {size} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) "
+                f"into {cache}, which has {free / GB:.1f} GB free. Free space there or set HF_HOME to "
+                "a larger disk."
+            )
 
 
 def markdown() -> str:

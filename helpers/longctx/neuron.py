@@ -16,8 +16,10 @@ def check_neuron_cores(value: str | None) -> str | None:
         return None
     cleaned = value.replace(" ", "")
     if cleaned not in NEURON_CORE_SETS:
-        raise LongctxError(f"NEURON_RT_VISIBLE_CORES={value!r} is not a core set the Neuron runtime supports for "
-                           f"collectives; use one core or one of 0,1 / 2,3 / 0-3.")
+        raise LongctxError(
+            f"NEURON_RT_VISIBLE_CORES={value!r} is not a core set the Neuron runtime supports for "
+            f"collectives; use one core or one of 0,1 / 2,3 / 0-3."
+        )
     return cleaned
 
 

@@ -72,8 +72,12 @@ class Session:
         from datetime import datetime, timezone
 
         payload = {
-            "notebook": self.notebook, "params": self.params, "versions": versions(),
-            "python": platform.python_version(), "seconds": time.time() - self.started, "results": self.results,
+            "notebook": self.notebook,
+            "params": self.params,
+            "versions": versions(),
+            "python": platform.python_version(),
+            "seconds": time.time() - self.started,
+            "results": self.results,
             # the size the harness ran it at (opened in JupyterLab: "interactive", the cell's own values)
             "size": os.environ.get("LONGCTX_SIZE") or "interactive",
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -95,5 +99,8 @@ def start(notebook: str, params: dict) -> Session:
 
 def parameters(namespace: dict) -> dict:
     """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides)."""
-    return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_")
-            and isinstance(v, (int, float, str, bool, list, tuple, type(None)))}
+    return {
+        k: v
+        for k, v in namespace.items()
+        if k.isupper() and not k.startswith("_") and isinstance(v, (int, float, str, bool, list, tuple, type(None)))
+    }

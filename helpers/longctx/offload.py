@@ -37,8 +37,7 @@ def offloading_checkpoint(function, *args, pack, unpack, **kwargs):
 def install(model, pack, unpack) -> None:
     """Turn on checkpointing with offloading hooks on a transformers model (replaces its checkpoint function)."""
     if not model.supports_gradient_checkpointing:
-        raise LongctxError(f"{type(model).__name__} does not support gradient checkpointing, so there is "
-                           "nothing to offload.")
+        raise LongctxError(f"{type(model).__name__} does not support gradient checkpointing, so there is nothing to offload.")
     model.activation_checkpointing_enable()  # the usual set-up (input grads, use_reentrant=False) first
     fn = functools.partial(offloading_checkpoint, pack=pack, unpack=unpack, use_reentrant=False)
     model._set_gradient_checkpointing(enable=True, gradient_checkpointing_func=fn)
@@ -84,8 +83,12 @@ class HostPool:
         install(model, self.pack, self.unpack)
 
     def summary(self) -> dict:
-        return {"host_peak_bytes": self.peak_bytes, "host_peak_tensors": self.peak_tensors,
-                "to_host_bytes": self.to_host_bytes, "to_device_bytes": self.to_device_bytes}
+        return {
+            "host_peak_bytes": self.peak_bytes,
+            "host_peak_tensors": self.peak_tensors,
+            "to_host_bytes": self.to_host_bytes,
+            "to_device_bytes": self.to_device_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,14 +114,18 @@ def check_offload(offload, *, checkpointing: bool, device: str) -> None:
     if offload not in MODES:
         raise LongctxError(f"offload must be one of {MODES}, got {offload!r}.")
     if offload and not checkpointing:
-        raise LongctxError("Activation offload moves the tensors that gradient checkpointing saves; turn "
-                           "gradient_checkpointing on, or offload off.")
+        raise LongctxError(
+            "Activation offload moves the tensors that gradient checkpointing saves; turn "
+            "gradient_checkpointing on, or offload off."
+        )
     if offload is True and device == "cpu":
         raise LongctxError(
             "offload=True asks for the saved activations to move from the accelerator to host memory, but this "
             "run is on the CPU, where device and host are the same memory (upstream's save_on_cpu would raise "
             "'pin_memory=True requires a CUDA or other accelerator backend'). Run on a GPU, or use "
-            "offload='host-pool' to measure which tensors would leave the device (no memory is saved on a CPU).")
+            "offload='host-pool' to measure which tensors would leave the device (no memory is saved on a CPU)."
+        )
     if offload == "host-pool" and device != "cpu":
-        raise LongctxError("offload='host-pool' is the CPU stand-in; on an accelerator use offload=True "
-                           "(transformers' save_on_cpu path).")
+        raise LongctxError(
+            "offload='host-pool' is the CPU stand-in; on an accelerator use offload=True (transformers' save_on_cpu path)."
+        )

@@ -56,8 +56,10 @@ def _ledger_names(ledger: Path) -> set[str]:
     except (OSError, ValueError):
         names = None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise LongctxError(f"{ledger} is damaged (it should list the files longctx wrote there); remove it, and the "
-                           "folder will be treated as holding your files.")
+        raise LongctxError(
+            f"{ledger} is damaged (it should list the files longctx wrote there); remove it, and the "
+            "folder will be treated as holding your files."
+        )
     return set(names)
 
 
@@ -76,8 +78,7 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = False,
-              replace_own: bool = True) -> Path:
+def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = False, replace_own: bool = True) -> Path:
     """Refuse, before any expensive work, an `out` that cannot be written or that holds files `command` did
     not write there (by its ledger). `writes`: the names the command will write. With `force` the other
     files are kept beside the command's, and a name of `writes` already held by a file the command did not
@@ -91,19 +92,25 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
     foreign = [name for name in present if name not in ours]
     shown = lambda names: ", ".join(names[:5]) + (", …" if len(names) > 5 else "")  # noqa: E731
     if present and not replace_own and not force:
-        raise LongctxError(f"{out} is not empty ({shown(present)}). Choose a new folder, or pass --force to replace "
-                           f"the files `longctx {command}` writes there ({shown(sorted(writes))}); nothing else is "
-                           "touched.")
+        raise LongctxError(
+            f"{out} is not empty ({shown(present)}). Choose a new folder, or pass --force to replace "
+            f"the files `longctx {command}` writes there ({shown(sorted(writes))}); nothing else is "
+            "touched."
+        )
     _check_targets(out, writes)
     if foreign and replace_own:
         clash = sorted(set(foreign) & writes)
         if not force:
-            raise LongctxError(f"{out} holds files `longctx {command}` did not write ({shown(foreign)}). Choose an "
-                               "empty or new folder, or pass --force to add this command's files beside them.")
+            raise LongctxError(
+                f"{out} holds files `longctx {command}` did not write ({shown(foreign)}). Choose an "
+                "empty or new folder, or pass --force to add this command's files beside them."
+            )
         if clash:
-            raise LongctxError(f"{out} holds files of yours with the names `longctx {command}` writes "
-                               f"({shown(clash)}); --force keeps your files, so it cannot write there. Choose "
-                               "another folder.")
+            raise LongctxError(
+                f"{out} holds files of yours with the names `longctx {command}` writes "
+                f"({shown(clash)}); --force keeps your files, so it cannot write there. Choose "
+                "another folder."
+            )
     return out
 
 
@@ -119,9 +126,11 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
         _check_marker(marker, out)
     if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:
         names = sorted(p.name for p in out.iterdir())
-        raise LongctxError(f"{out} holds files `longctx {command}` did not write ({', '.join(names[:5])}"
-                           f"{', …' if len(names) > 5 else ''}). Give --out a new or empty folder (or one this command "
-                           "wrote before); nothing in it was touched.")
+        raise LongctxError(
+            f"{out} holds files `longctx {command}` did not write ({', '.join(names[:5])}"
+            f"{', …' if len(names) > 5 else ''}). Give --out a new or empty folder (or one this command "
+            "wrote before); nothing in it was touched."
+        )
     if not write:
         return out
     try:
@@ -141,13 +150,17 @@ def _check_marker(marker: Path, out: Path) -> None:
     except (OSError, ValueError):
         intact = False
     if not intact:
-        raise LongctxError(f"{marker} is not the marker longctx writes when it claims a folder; remove it if the "
-                           f"folder is yours to reuse, or give --out a new folder. Nothing in {out} was touched.")
+        raise LongctxError(
+            f"{marker} is not the marker longctx writes when it claims a folder; remove it if the "
+            f"folder is yours to reuse, or give --out a new folder. Nothing in {out} was touched."
+        )
     for root, dirs, files in os.walk(out):
         links = [name for name in dirs + files if (Path(root) / name).is_symlink()]
         if links:
-            raise LongctxError(f"{Path(root) / links[0]} is a symbolic link: a run would write through it. Remove it "
-                               f"(or give --out a new folder); nothing in {out} was touched.")
+            raise LongctxError(
+                f"{Path(root) / links[0]} is a symbolic link: a run would write through it. Remove it "
+                f"(or give --out a new folder); nothing in {out} was touched."
+            )
 
 
 def staging(out: Path) -> tempfile.TemporaryDirectory:
@@ -162,8 +175,10 @@ def _check_targets(out: Path, names) -> None:
     for name in sorted(names):
         target = out / name
         if target.is_symlink() or (target.exists() and not target.is_file()):
-            raise LongctxError(f"{target} is a {'symbolic link' if target.is_symlink() else 'folder'} where longctx "
-                               "writes a file; move it away (or choose another folder). Nothing was written.")
+            raise LongctxError(
+                f"{target} is a {'symbolic link' if target.is_symlink() else 'folder'} where longctx "
+                "writes a file; move it away (or choose another folder). Nothing was written."
+            )
 
 
 def place(tmp: Path, out: Path, command: str) -> list[str]:
@@ -187,8 +202,10 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
     if exc.errno == errno.ENOSPC:
         where = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
         free = shutil.disk_usage(where).free / MIB
-        return LongctxError(f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
-                            "the output elsewhere (--out, LONGCTX_BUILD); nothing half-written was left in place.")
+        return LongctxError(
+            f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
+            "the output elsewhere (--out, LONGCTX_BUILD); nothing half-written was left in place."
+        )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return LongctxError(f"Cannot write {path}: {exc.strerror}. Choose a writable folder (--out, LONGCTX_BUILD).")
     return LongctxError(f"Could not write {path}: {exc}.")

@@ -27,8 +27,10 @@ def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str =
     pad = resolve_pad(pad_to_multiple_of, device_type)
     if pad and max_length and max_length % pad:
         lower, upper = max_length // pad * pad, -(-max_length // pad) * pad
-        raise LongctxError(f"max_length={max_length} is not a multiple of pad_to_multiple_of={pad}: use "
-                           f"max_length={lower or upper} or {upper}, or another padding multiple.")
+        raise LongctxError(
+            f"max_length={max_length} is not a multiple of pad_to_multiple_of={pad}: use "
+            f"max_length={lower or upper} or {upper}, or another padding multiple."
+        )
     return pad
 
 
@@ -86,26 +88,62 @@ def trainers_with_padding_option() -> list[str]:
     return sorted(names)
 
 
-def padded_config(*, pad_to_multiple_of, steps: int, backend: str | None = "inductor", batch_size: int = 4,
-                  max_length: int | None = None, output_dir: str, seed: int = 0, compile: bool = True,
-                  for_device: str | None = None):
+def padded_config(
+    *,
+    pad_to_multiple_of,
+    steps: int,
+    backend: str | None = "inductor",
+    batch_size: int = 4,
+    max_length: int | None = None,
+    output_dir: str,
+    seed: int = 0,
+    compile: bool = True,
+    for_device: str | None = None,
+):
     """The TrainConfig of the trainer the lesson compiles (see `padded_trainer`)."""
     from .train import TrainConfig
 
     extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
     if compile:
         extra.update(torch_compile=True, torch_compile_backend=backend)
-    return TrainConfig(output_dir=output_dir, max_steps=steps, per_device_train_batch_size=batch_size,
-                       max_length=max_length, seed=seed, logging_steps=steps, extra=extra, for_device=for_device)
+    return TrainConfig(
+        output_dir=output_dir,
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        logging_steps=steps,
+        extra=extra,
+        for_device=for_device,
+    )
 
 
-def padded_trainer(model, dataset, *, pad_to_multiple_of, steps: int, backend: str | None = "inductor",
-                   batch_size: int = 4, max_length: int | None = None, output_dir: str, processing_class=None,
-                   seed: int = 0, compile: bool = True):
+def padded_trainer(
+    model,
+    dataset,
+    *,
+    pad_to_multiple_of,
+    steps: int,
+    backend: str | None = "inductor",
+    batch_size: int = 4,
+    max_length: int | None = None,
+    output_dir: str,
+    processing_class=None,
+    seed: int = 0,
+    compile: bool = True,
+):
     """The SFTTrainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or "auto",
     which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
     from .train import make_trainer
 
-    cfg = padded_config(pad_to_multiple_of=pad_to_multiple_of, steps=steps, backend=backend, batch_size=batch_size,
-                        max_length=max_length, output_dir=output_dir, seed=seed, compile=compile)
+    cfg = padded_config(
+        pad_to_multiple_of=pad_to_multiple_of,
+        steps=steps,
+        backend=backend,
+        batch_size=batch_size,
+        max_length=max_length,
+        output_dir=output_dir,
+        seed=seed,
+        compile=compile,
+    )
     return make_trainer(model, dataset, cfg, processing_class=processing_class)

@@ -58,27 +58,37 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
     check_positive_int("cp_size", cp_size)
     check_positive_int("sp_size", sp_size)
     if cp_size > 1 and sp_size > 1:
-        raise LongctxError(f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism "
-                           "(FSDP2) or DeepSpeed Ulysses, not both in one run; choose one of them.")
+        raise LongctxError(
+            f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism "
+            "(FSDP2) or DeepSpeed Ulysses, not both in one run; choose one of them."
+        )
     if cp_size > 1:
         if packing:
-            raise LongctxError("Packing cannot be used with context parallelism: CP replaces the attention mask by "
-                               "is_causal=True, so packed documents would attend across their boundaries. Set "
-                               "packing=False (one sequence per row), or cp_size=1.")
+            raise LongctxError(
+                "Packing cannot be used with context parallelism: CP replaces the attention mask by "
+                "is_causal=True, so packed documents would attend across their boundaries. Set "
+                "packing=False (one sequence per row), or cp_size=1."
+            )
         if seq_len % (2 * cp_size):
-            raise LongctxError(f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "
-                               f"{padded_length(seq_len, cp_size)} (pad_to_multiple_of={2 * cp_size}).")
+            raise LongctxError(
+                f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "
+                f"{padded_length(seq_len, cp_size)} (pad_to_multiple_of={2 * cp_size})."
+            )
         other = attention_kinds(cfg) - {"full_attention"}
         if other:
-            raise LongctxError(f"This model has {', '.join(sorted(other))} layers; context parallelism supports full "
-                               "causal attention only. Use a model without sliding-window/chunked layers, or Ulysses "
-                               "sequence parallelism (sp_size) instead.")
+            raise LongctxError(
+                f"This model has {', '.join(sorted(other))} layers; context parallelism supports full "
+                "causal attention only. Use a model without sliding-window/chunked layers, or Ulysses "
+                "sequence parallelism (sp_size) instead."
+            )
     if sp_size > 1:
         kv = cfg.get_text_config().num_key_value_heads if hasattr(cfg, "get_text_config") else cfg.num_key_value_heads
         if sp_size > kv or kv % sp_size:
             fits = [n for n in range(1, kv + 1) if kv % n == 0]
-            raise LongctxError(f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): "
-                               f"use one of {fits}, or context parallelism for more ranks.")
+            raise LongctxError(
+                f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): "
+                f"use one of {fits}, or context parallelism for more ranks."
+            )
 
 
 def deepspeed_available() -> bool:
@@ -121,9 +131,20 @@ class ParallelRun:
         return max(r["activations_peak_bytes"] for r in self.ranks)
 
 
-def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path, seed: int = 0,
-           checkpointing: bool = False, device: str | None = None, timeout: float = 1800,
-           progress: bool = True, dtype: str = "fp32") -> ParallelRun:
+def launch(
+    mode: str,
+    nprocs: int,
+    *,
+    model: str,
+    seq_len: int,
+    out: str | Path,
+    seed: int = 0,
+    checkpointing: bool = False,
+    device: str | None = None,
+    timeout: float = 1800,
+    progress: bool = True,
+    dtype: str = "fp32",
+) -> ParallelRun:
     """Run one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over
     `nprocs` processes."""
     from . import device as current_device
@@ -136,29 +157,50 @@ def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path,
     cfg = models.config(model)
     check_plan(cfg, seq_len, cp_size=nprocs if mode == "cp" else 1, sp_size=nprocs if mode == "sp" else 1)
     if mode == "sp" and not deepspeed_available():
-        raise LongctxError("Ulysses sequence parallelism needs DeepSpeed: DS_BUILD_OPS=0 pip install "
-                           "--no-build-isolation 'longctx[deepspeed]' (CPU builds need no compiled ops).")
+        raise LongctxError(
+            "Ulysses sequence parallelism needs DeepSpeed: DS_BUILD_OPS=0 pip install "
+            "--no-build-isolation 'longctx[deepspeed]' (CPU builds need no compiled ops)."
+        )
     device = device or current_device()
     if device == "cuda":
         import torch
 
         if nprocs > torch.cuda.device_count():  # NCCL needs one GPU per rank
-            raise LongctxError(f"{mode} over {nprocs} processes needs {nprocs} GPUs (one per rank); this machine has "
-                               f"{torch.cuda.device_count()}.")
+            raise LongctxError(
+                f"{mode} over {nprocs} processes needs {nprocs} GPUs (one per rank); this machine has "
+                f"{torch.cuda.device_count()}."
+            )
     out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    spec = {"mode": mode, "device": device, "model": model, "seq_len": seq_len, "seed": seed,
-            "checkpointing": checkpointing, "out": str(out), "dtype": dtype}
+    spec = {
+        "mode": mode,
+        "device": device,
+        "model": model,
+        "seq_len": seq_len,
+        "seed": seed,
+        "checkpointing": checkpointing,
+        "out": str(out),
+        "dtype": dtype,
+    }
     (out / "spec.json").write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}",
-           "-m", "longctx.cp_worker", str(out / "spec.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nprocs}",
+        "-m",
+        "longctx.cp_worker",
+        str(out / "spec.json"),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
     start = time.perf_counter()
     log = out / "launch.log"
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=children.stop_with_parent)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=children.stop_with_parent
+        )
         try:
             _wait(proc, out, nprocs, timeout, progress, f"{mode} × {nprocs}")
         except BaseException:  # an interrupted kernel, a timeout: torchrun and every rank go with it
@@ -168,8 +210,7 @@ def launch(mode: str, nprocs: int, *, model: str, seq_len: int, out: str | Path,
     files = [out / f"rank{r}.json" for r in range(nprocs)]
     if proc.returncode != 0 or not all(f.exists() for f in files):
         tail = "\n".join(log.read_text().splitlines()[-25:])
-        raise LongctxError(f"{mode} run over {nprocs} processes failed (exit code {proc.returncode}); "
-                           f"log {log}:\n{tail}")
+        raise LongctxError(f"{mode} run over {nprocs} processes failed (exit code {proc.returncode}); log {log}:\n{tail}")
     return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, seconds)
 
 
@@ -196,9 +237,11 @@ def compare(reference: ParallelRun, other: ParallelRun) -> dict:
         raise LongctxError(f"the two runs have different parameters: {sorted(set(a) ^ set(b))[:5]}")
     dot = sum(float((a[k].double() * b[k].double()).sum()) for k in a)
     ratio = dot / sum(float((a[k].double() ** 2).sum()) for k in a)  # least-squares scale of b against a
-    return {"loss_abs_diff": abs(reference.loss - other.loss),
-            "grad_max_abs_diff": max(float((a[k] - b[k]).abs().max()) for k in a),
-            "grad_scale": ratio,  # 1.0 when the gradients agree; a constant factor shows up here
-            "grad_max_abs_diff_after_scale": max(float((a[k] - b[k] / ratio).abs().max()) for k in a),
-            "activations_ratio": other.activations_peak_bytes / reference.activations_peak_bytes,
-            "step_seconds": other.step_seconds}
+    return {
+        "loss_abs_diff": abs(reference.loss - other.loss),
+        "grad_max_abs_diff": max(float((a[k] - b[k]).abs().max()) for k in a),
+        "grad_scale": ratio,  # 1.0 when the gradients agree; a constant factor shows up here
+        "grad_max_abs_diff_after_scale": max(float((a[k] - b[k] / ratio).abs().max()) for k in a),
+        "activations_ratio": other.activations_peak_bytes / reference.activations_peak_bytes,
+        "step_seconds": other.step_seconds,
+    }

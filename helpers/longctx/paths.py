@@ -18,8 +18,9 @@ def _folder(variable: str, default: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LongctxError(f"{variable}={path} cannot be used as a folder ({exc.strerror}); point it at a folder "
-                           "(or unset it).") from None
+        raise LongctxError(
+            f"{variable}={path} cannot be used as a folder ({exc.strerror}); point it at a folder (or unset it)."
+        ) from None
     return path
 
 
@@ -36,19 +37,24 @@ def user_path(text, what: str = "The path", *, resolve: bool = False, room: int 
     try:
         path = Path(text).expanduser()
     except RuntimeError:  # ~name of a user this machine does not have
-        raise LongctxError(f"{what} {text!r} starts with {text.split('/')[0]!r}, but this machine has no such user; "
-                           "write the folder out in full.") from None
+        raise LongctxError(
+            f"{what} {text!r} starts with {text.split('/')[0]!r}, but this machine has no such user; "
+            "write the folder out in full."
+        ) from None
     limit = 255 - room
     too_long = any(len(os.fsencode(part)) > limit for part in path.parts) or len(os.fsencode(str(path))) > 4095 - room
     if too_long:
-        raise LongctxError(f"{what} {text[:40]!r}… ({len(text)} characters) is too long to name a file or a folder "
-                           f"here (at most {limit} bytes a name, {4095 - room} a path); shorten it.")
+        raise LongctxError(
+            f"{what} {text[:40]!r}… ({len(text)} characters) is too long to name a file or a folder "
+            f"here (at most {limit} bytes a name, {4095 - room} a path); shorten it."
+        )
     if resolve:
         try:
             path = path.resolve()
         except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError for a loop of links
-            raise LongctxError(f"{what} {text!r} cannot be followed ({exc}): a loop of symbolic links? Give another "
-                               "path.") from None
+            raise LongctxError(
+                f"{what} {text!r} cannot be followed ({exc}): a loop of symbolic links? Give another path."
+            ) from None
     return path
 
 

@@ -16,10 +16,12 @@ from .memory.profile import GIB
 
 def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
     """(levers, estimate keyword arguments) for each step, cheapest first."""
-    base = [(["plain loss"], dict(loss="plain", checkpointing=False)),
-            (["chunked loss"], dict(loss="chunked", checkpointing=False)),
-            (["chunked loss", "checkpointing"], dict(loss="chunked", checkpointing=True)),
-            (["chunked loss", "checkpointing", "offload"], dict(loss="chunked", checkpointing=True, offload=True))]
+    base = [
+        (["plain loss"], dict(loss="plain", checkpointing=False)),
+        (["chunked loss"], dict(loss="chunked", checkpointing=False)),
+        (["chunked loss", "checkpointing"], dict(loss="chunked", checkpointing=True)),
+        (["chunked loss", "checkpointing", "offload"], dict(loss="chunked", checkpointing=True, offload=True)),
+    ]
     cp, n = [], 2
     while n <= gpus:
         cp.append((base[-1][0] + [f"context parallel ×{n}"], dict(base[-1][1], cp_size=n)))
@@ -35,8 +37,10 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
     check_positive_int("gpus", gpus)
     if gpus & (gpus - 1):
         lower = 1 << (gpus.bit_length() - 1)
-        raise LongctxError(f"gpus (--gpus) {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
-                           f"it models); use --gpus {lower} (or {lower * 2}).")
+        raise LongctxError(
+            f"gpus (--gpus) {gpus}: the plan splits the sequence over a power of two of GPUs (the CP meshes "
+            f"it models); use --gpus {lower} (or {lower * 2})."
+        )
     if not (isinstance(gpu_memory_gib, (int, float)) and math.isfinite(gpu_memory_gib) and gpu_memory_gib > 0):
         raise LongctxError(f"gpu_memory_gib (--gpu) must be a positive number of GiB, got {gpu_memory_gib!r}.")
     if gpus > 1:
@@ -54,8 +58,16 @@ def _estimate(args):
     return profile.peak_gib, profile.meta["wall_seconds"]
 
 
-def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precision: bool = False,
-         workers: int = 2, progress: bool = True) -> dict:
+def plan(
+    model,
+    seq_len: int,
+    *,
+    gpus: int,
+    gpu_memory_gib: float,
+    mixed_precision: bool = False,
+    workers: int = 2,
+    progress: bool = True,
+) -> dict:
     """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
     `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`)."""
@@ -66,29 +78,47 @@ def plan(model, seq_len: int, *, gpus: int, gpu_memory_gib: float, mixed_precisi
     cfg = models.config(model)
     check(cfg, seq_len, gpus, gpu_memory_gib)
     steps = steps_for(gpus)
-    calls = [(model, seq_len, dict(kw, mixed_precision=mixed_precision and kw.get("cp_size", 1) > 1))
-             for _, kw in steps]
-    results = children.pool_map(_estimate, calls, workers, tqdm(total=len(calls), desc="plan: estimates",
-                                                                 disable=not progress))
-    rows = [{"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gpu_memory_gib, "estimate_seconds": secs,
-             "gpus": kw.get("cp_size", 1)} for (levers, kw), (peak, secs) in zip(steps, results)]
+    calls = [(model, seq_len, dict(kw, mixed_precision=mixed_precision and kw.get("cp_size", 1) > 1)) for _, kw in steps]
+    results = children.pool_map(_estimate, calls, workers, tqdm(total=len(calls), desc="plan: estimates", disable=not progress))
+    rows = [
+        {
+            "levers": levers,
+            "per_gpu_peak_gib": peak,
+            "fits": peak <= gpu_memory_gib,
+            "estimate_seconds": secs,
+            "gpus": kw.get("cp_size", 1),
+        }
+        for (levers, kw), (peak, secs) in zip(steps, results)
+    ]
     cheapest = next((r for r in rows if r["fits"]), None)
-    return {"model": model, "seq_len": seq_len, "gpus": gpus, "gpu_memory_gib": gpu_memory_gib,
-            "mixed_precision": mixed_precision, "steps": rows, "cheapest": cheapest,
-            "not_counted": cards.unmodelled(max(r["gpus"] for r in rows))}
+    return {
+        "model": model,
+        "seq_len": seq_len,
+        "gpus": gpus,
+        "gpu_memory_gib": gpu_memory_gib,
+        "mixed_precision": mixed_precision,
+        "steps": rows,
+        "cheapest": cheapest,
+        "not_counted": cards.unmodelled(max(r["gpus"] for r in rows)),
+    }
 
 
 def table(result: dict) -> str:
     """The plan as lines of text: one per step, then the cheapest step that fits (what `longctx plan` prints)."""
-    lines = [f"{result['model']} at {result['seq_len']:,} tokens, up to {result['gpus']} GPU(s) of "
-             f"{result['gpu_memory_gib']:g} GiB:"]
+    lines = [
+        f"{result['model']} at {result['seq_len']:,} tokens, up to {result['gpus']} GPU(s) of {result['gpu_memory_gib']:g} GiB:"
+    ]
     for step in result["steps"]:
-        lines.append(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {'fits' if step['fits'] else 'over':4s}  "
-                     f"{' + '.join(step['levers'])}")
+        lines.append(
+            f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {'fits' if step['fits'] else 'over':4s}  "
+            f"{' + '.join(step['levers'])}"
+        )
     cheapest = result["cheapest"]
-    lines.append(f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
-                 if cheapest else f"nothing fits on {result['gpus']} GPU(s) of {result['gpu_memory_gib']:g} GiB: "
-                 "more GPUs or memory")
+    lines.append(
+        f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
+        if cheapest
+        else f"nothing fits on {result['gpus']} GPU(s) of {result['gpu_memory_gib']:g} GiB: more GPUs or memory"
+    )
     if result.get("capacity"):
         lines.append(f"capacity: {result['capacity']}")
     lines += [f"  not counted: {term}" for term in result.get("not_counted", [])]

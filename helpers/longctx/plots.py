@@ -17,15 +17,33 @@ from .memory.profile import CATEGORIES, GIB, MIB
 from .outputs import atomic
 
 STYLE = {
-    "figure.figsize": (7.5, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True, "grid.alpha": 0.3,
-    "axes.spines.top": False, "axes.spines.right": False, "font.size": 10, "legend.frameon": False,
-    "svg.hashsalt": "longctx", "path.simplify": False,
+    "figure.figsize": (7.5, 4.0),
+    "figure.dpi": 100,
+    "savefig.dpi": 120,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 10,
+    "legend.frameon": False,
+    "svg.hashsalt": "longctx",
+    "path.simplify": False,
 }
 COLORS = {
-    "parameters": "#4C72B0", "buffers": "#8172B3", "gradients": "#DD8452", "optimizer": "#55A868",
-    "activations": "#C44E52", "temporaries": "#DA8BC3", "other": "#937860",
-    "train": "#4C72B0", "eval": "#DD8452", "plain": "#C44E52", "chunked": "#4C72B0",
-    "checkpointing": "#4C72B0", "offload": "#55A868", "yarn": "#55A868",
+    "parameters": "#4C72B0",
+    "buffers": "#8172B3",
+    "gradients": "#DD8452",
+    "optimizer": "#55A868",
+    "activations": "#C44E52",
+    "temporaries": "#DA8BC3",
+    "other": "#937860",
+    "train": "#4C72B0",
+    "eval": "#DD8452",
+    "plain": "#C44E52",
+    "chunked": "#4C72B0",
+    "checkpointing": "#4C72B0",
+    "offload": "#55A868",
+    "yarn": "#55A868",
 }
 
 
@@ -45,6 +63,7 @@ def style():
 def styled(draw):
     """A plotting function drawn (and a figure saved) under STYLE: importing this module changes no global
     matplotlib setting, and a reader's own rcParams apply outside these calls."""
+
     @functools.wraps(draw)
     def wrapper(*args, **kwargs):
         with style():
@@ -89,8 +108,11 @@ def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
     ax = axes(ax)
     names = list(budgets)
     bottom = np.zeros(len(names))
-    for part, color in (("weights", COLORS["parameters"]), ("gradients", COLORS["gradients"]),
-                        ("optimizer", COLORS["optimizer"])):
+    for part, color in (
+        ("weights", COLORS["parameters"]),
+        ("gradients", COLORS["gradients"]),
+        ("optimizer", COLORS["optimizer"]),
+    ):
         vals = np.array([budgets[n][part] for n in names])
         ax.bar(names, vals, bottom=bottom, color=color, label=part)
         bottom += vals
@@ -138,16 +160,30 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
             band = profile.band_bytes / unit
             for k in range(int(bands.max())):
                 height = np.where(bands > k, band, 0.0)
-                ax.fill_between(t, bottom, bottom + height, color=COLORS[cat], alpha=0.55 if k % 2 else 0.85,
-                                lw=0, label=f"saved layer inputs (max {int(bands.max())})" if k == 0 else None,
-                                step="post")
+                ax.fill_between(
+                    t,
+                    bottom,
+                    bottom + height,
+                    color=COLORS[cat],
+                    alpha=0.55 if k % 2 else 0.85,
+                    lw=0,
+                    label=f"saved layer inputs (max {int(bands.max())})" if k == 0 else None,
+                    step="post",
+                )
                 bottom = bottom + height
             values = np.clip(values - bands * band, 0, None)
             label = "other activations"
         else:
             label = cat
-        ax.fill_between(t, bottom, bottom + values, color=COLORS[cat] if cat != "activations" or not has_bands
-                        else "#E8A0A0", lw=0, label=label, step="post")
+        ax.fill_between(
+            t,
+            bottom,
+            bottom + values,
+            color=COLORS[cat] if cat != "activations" or not has_bands else "#E8A0A0",
+            lw=0,
+            label=label,
+            step="post",
+        )
         bottom = bottom + values
     phases = np.array(profile.phases)
     for phase, shade in (("backward", 0.06), ("optimizer", 0.14)):
@@ -156,8 +192,13 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
             ax.axvspan(idx[0], idx[-1], color="k", alpha=shade, lw=0)
     peak = int(profile.timeline.sum(axis=1).argmax())
     ax.axvline(peak, color="k", ls=":", lw=1)
-    ax.annotate(f"peak {profile.peak_bytes / unit:.2f}", (peak, profile.peak_bytes / unit), fontsize=8,
-                xytext=(4, -10), textcoords="offset points")
+    ax.annotate(
+        f"peak {profile.peak_bytes / unit:.2f}",
+        (peak, profile.peak_bytes / unit),
+        fontsize=8,
+        xytext=(4, -10),
+        textcoords="offset points",
+    )
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
     ax.set_xlabel("operator index in one training step (forward | backward, shaded | optimizer, darker)")
@@ -178,8 +219,13 @@ def _peak_preserving_rows(totals: np.ndarray, points: int = 3000) -> np.ndarray:
 
 
 @styled
-def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, capacity: float | None = None,
-                   unit_label: str = "GiB", guide: dict[str, float] | None = None):
+def peak_vs_length(
+    series: dict[str, tuple[list[int], list[float]]],
+    ax=None,
+    capacity: float | None = None,
+    unit_label: str = "GiB",
+    guide: dict[str, float] | None = None,
+):
     """Peak memory against sequence length, one line per run; an optional device-capacity line and
     the guide's reach marks."""
     ax = axes(ax)
@@ -205,8 +251,14 @@ def loss_curves(result, ax=None, mark_best: bool = True):
         ax.plot(result.eval_steps, result.eval_losses, "o-", color=COLORS["eval"], label="validation loss", ms=3)
         if mark_best:
             i = int(np.argmin(result.eval_losses))
-            ax.plot(result.eval_steps[i], result.eval_losses[i], "*", ms=14, color="k",
-                    label=f"best: step {result.eval_steps[i]}, {result.eval_losses[i]:.3f}")
+            ax.plot(
+                result.eval_steps[i],
+                result.eval_losses[i],
+                "*",
+                ms=14,
+                color="k",
+                label=f"best: step {result.eval_steps[i]}, {result.eval_losses[i]:.3f}",
+            )
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss (nats/token)")
     ax.legend()
@@ -226,8 +278,9 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{
 
 
 @styled
-def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, unigram: float | None = None,
-                        window: int = 32, title: str | None = None):
+def loss_along_sequence(
+    curves: dict[str, np.ndarray], trained: int, ax=None, unigram: float | None = None, window: int = 32, title: str | None = None
+):
     """Per-token loss against position, one faint raw line and one smoothed line per curve, the end of
     the trained range marked, and the unigram entropy as a reference level."""
     from .curves import smooth
@@ -283,5 +336,6 @@ def yarn_pairs(rows: dict[str, tuple[np.ndarray, np.ndarray, float]], ax=None, t
 
 def _trained_mark(ax, trained: int) -> None:
     ax.axvline(trained, color="k", ls=":", lw=1)
-    ax.annotate("trained range ends", (trained, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
-                ha="right", fontsize=7)
+    ax.annotate(
+        "trained range ends", (trained, 1), xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=7
+    )

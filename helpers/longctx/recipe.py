@@ -23,13 +23,25 @@ LEVERS = {
     "chunked loss": ("loss_type",),
     "yarn": ("model_init_kwargs", "max_length"),
     "offload": ("activation_checkpointing", "activation_checkpointing_kwargs"),
-    "context parallelism": ("parallelism_config", "fsdp", "fsdp_config", "activation_checkpointing", "max_length",
-                            "pad_to_multiple_of"),
+    "context parallelism": (
+        "parallelism_config",
+        "fsdp",
+        "fsdp_config",
+        "activation_checkpointing",
+        "max_length",
+        "pad_to_multiple_of",
+    ),
     "sequence parallelism": ("parallelism_config", "deepspeed", "max_length"),
     "padding": ("max_length", "pad_to_multiple_of", "torch_compile"),
     "static cache": ("cache_implementation", "max_completion_length"),
-    "one million tokens": ("loss_type", "activation_checkpointing", "activation_checkpointing_kwargs", "bf16",
-                           "max_length", "pad_to_multiple_of"),
+    "one million tokens": (
+        "loss_type",
+        "activation_checkpointing",
+        "activation_checkpointing_kwargs",
+        "bf16",
+        "max_length",
+        "pad_to_multiple_of",
+    ),
 }
 WIDTH = 100  # a snippet's lines stay within this many characters where a value allows
 
@@ -48,8 +60,9 @@ class Call:
         names = list(self.kwargs) if names is None else list(names)
         missing = [n for n in names if n not in self.kwargs]
         if missing:
-            raise LongctxError(f"{self.target.__name__} call has no argument {missing[0]!r}; it has "
-                               f"{', '.join(self.kwargs) or 'none'}.")
+            raise LongctxError(
+                f"{self.target.__name__} call has no argument {missing[0]!r}; it has {', '.join(self.kwargs) or 'none'}."
+            )
         parts = [f"{n}={_literal(self.kwargs[n], indent + 4)}" for n in names]
         one_line = f"{self.target.__name__}({', '.join(parts)})"
         if indent + len(one_line) <= WIDTH and "\n" not in one_line:
@@ -132,8 +145,9 @@ def snippet(call: Call, lever: str | tuple[str, ...], *, name: str = "args") -> 
         wanted += [n for n in LEVERS[one] if n not in wanted]
     names = [n for n in wanted if n in call.kwargs and call.kwargs[n] is not None]
     if not names:
-        raise LongctxError(f"This {call.target.__name__} call sets none of {' + '.join(levers)}'s arguments "
-                           f"({', '.join(wanted)}).")
+        raise LongctxError(
+            f"This {call.target.__name__} call sets none of {' + '.join(levers)}'s arguments ({', '.join(wanted)})."
+        )
     shown = Call(call.target, {n: call.kwargs[n] for n in names})
     imports = sorted({import_line(t) for t in shown.targets()})
     return "\n".join(imports) + f"\n\n{name} = {shown.source()}"
@@ -146,7 +160,14 @@ def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after:
     packages = [t.__module__.split(".")[0] for t in call.targets()]
     packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
     title = lever if isinstance(lever, str) else " + ".join(lever)
-    note = "# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n" \
-        if call.target.__module__.startswith("trl.") else ""
-    print(f"# {title}: printed from the lesson's own config ({', '.join(f'{p} {version(p)}' for p in packages)})\n"
-          + note + snippet(call, lever, name=name) + (f"\n\n{after}" if after else ""))
+    note = (
+        "# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n"
+        if call.target.__module__.startswith("trl.")
+        else ""
+    )
+    print(
+        f"# {title}: printed from the lesson's own config ({', '.join(f'{p} {version(p)}' for p in packages)})\n"
+        + note
+        + snippet(call, lever, name=name)
+        + (f"\n\n{after}" if after else "")
+    )

@@ -21,8 +21,15 @@ def rope_theta(cfg) -> float:
     return float(theta)
 
 
-def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | None = None, *,
-                    beta_fast: float | None = None, beta_slow: float | None = None) -> dict:
+def yarn_parameters(
+    trained: int,
+    wanted: int,
+    theta: float,
+    factor: float | None = None,
+    *,
+    beta_fast: float | None = None,
+    beta_slow: float | None = None,
+) -> dict:
     """`{"rope_type": "yarn", "rope_theta", "factor", "original_max_position_embeddings"}` with
     factor = wanted / trained (given explicitly, it must agree); `beta_fast` / `beta_slow` (transformers'
     defaults 32 / 1 when left out) are added only when given."""
@@ -31,14 +38,22 @@ def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | Non
     check_positive_int("trained length", trained)
     check_positive_int("wanted length", wanted)
     if wanted <= trained:
-        raise LongctxError(f"The wanted length ({wanted:,}) is not above the trained length ({trained:,}): YaRN "
-                           "rescales positions beyond the trained range; inside it, use the model as it is.")
+        raise LongctxError(
+            f"The wanted length ({wanted:,}) is not above the trained length ({trained:,}): YaRN "
+            "rescales positions beyond the trained range; inside it, use the model as it is."
+        )
     computed = wanted / trained
     if factor is not None and abs(factor - computed) > 1e-9 * computed:
-        raise LongctxError(f"YaRN factor {factor:g} does not match the lengths: {wanted:,} / {trained:,} = "
-                           f"{computed:g}. Use factor={computed:g}, or change the wanted or trained length.")
-    params = {"rope_type": "yarn", "rope_theta": float(theta), "factor": float(computed),
-              "original_max_position_embeddings": int(trained)}
+        raise LongctxError(
+            f"YaRN factor {factor:g} does not match the lengths: {wanted:,} / {trained:,} = "
+            f"{computed:g}. Use factor={computed:g}, or change the wanted or trained length."
+        )
+    params = {
+        "rope_type": "yarn",
+        "rope_theta": float(theta),
+        "factor": float(computed),
+        "original_max_position_embeddings": int(trained),
+    }
     for key, value in (("beta_fast", beta_fast), ("beta_slow", beta_slow)):
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -46,22 +61,34 @@ def yarn_parameters(trained: int, wanted: int, theta: float, factor: float | Non
             params[key] = float(value)
     fast, slow = params.get("beta_fast", DEFAULT_BETA_FAST), params.get("beta_slow", DEFAULT_BETA_SLOW)
     if fast <= slow:
-        raise LongctxError(f"YaRN beta_fast ({fast:g}) must be above beta_slow ({slow:g}): pairs turning more than beta_fast "
-                           "times inside the trained range are left alone, those turning fewer than beta_slow times are "
-                           "interpolated.")
+        raise LongctxError(
+            f"YaRN beta_fast ({fast:g}) must be above beta_slow ({slow:g}): pairs turning more than beta_fast "
+            "times inside the trained range are left alone, those turning fewer than beta_slow times are "
+            "interpolated."
+        )
     return params
 
 
-def with_yarn(cfg, trained: int, wanted: int, *, factor: float | None = None, theta: float | None = None,
-              beta_fast: float | None = None, beta_slow: float | None = None):
+def with_yarn(
+    cfg,
+    trained: int,
+    wanted: int,
+    *,
+    factor: float | None = None,
+    theta: float | None = None,
+    beta_fast: float | None = None,
+    beta_slow: float | None = None,
+):
     """A copy of `cfg` with YaRN set (and max_position_embeddings raised to `wanted`). `theta`, when
     given, must be the model's own: the rescaling is defined relative to the frequencies it was trained with."""
     import copy
 
     own = rope_theta(cfg)
     if theta is not None and float(theta) != own:
-        raise LongctxError(f"rope_theta {theta:g} is not the model's own ({own:g}); YaRN must carry the trained "
-                           f"base frequency: use rope_theta={own:g}.")
+        raise LongctxError(
+            f"rope_theta {theta:g} is not the model's own ({own:g}); YaRN must carry the trained "
+            f"base frequency: use rope_theta={own:g}."
+        )
     new = copy.deepcopy(cfg)
     new.rope_parameters = yarn_parameters(trained, wanted, own, factor, beta_fast=beta_fast, beta_slow=beta_slow)
     new.max_position_embeddings = wanted
@@ -111,6 +138,8 @@ def matched_beta_fast(cfg, trained: int, reference, reference_trained: int) -> f
     the default assumes thousands of positions: over a short range no pair turns 32 times, and every pair,
     the fast ones included, would be squeezed. Ties go to the larger value (nearer the default)."""
     target = split(pair_scaling(reference, reference_trained, 2 * reference_trained), 2)["kept"]
-    best = min(range(int(DEFAULT_BETA_FAST), int(DEFAULT_BETA_SLOW), -1),  # beta_slow stays at its default
-               key=lambda b: abs(split(pair_scaling(cfg, trained, 2 * trained, beta_fast=b), 2)["kept"] - target))
+    best = min(
+        range(int(DEFAULT_BETA_FAST), int(DEFAULT_BETA_SLOW), -1),  # beta_slow stays at its default
+        key=lambda b: abs(split(pair_scaling(cfg, trained, 2 * trained, beta_fast=b), 2)["kept"] - target),
+    )
     return float(best)

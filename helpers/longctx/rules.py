@@ -72,13 +72,15 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         # names that are no model at all are refused afterwards, with the list of what is (models.check_spec)
         if not isinstance(value, str) or value in (*PRESETS, "base") or not _local_model(value) or has_weights(value):
             return None
-        return ("has no weights to load (a config.json describes a model for estimates only): give a model folder "
-                "with its weight files, a hub id, or a preset")
+        return (
+            "has no weights to load (a config.json describes a model for estimates only): give a model folder "
+            "with its weight files, a hub id, or a preset"
+        )
     if rule == "integer":
         return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
     if rule == "pad":  # pad_to_multiple_of: None, "auto" or a positive whole number
         ok = value is None or value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
-        return None if ok else "must be null, \"auto\" or a positive whole number"
+        return None if ok else 'must be null, "auto" or a positive whole number'
     if rule == "nonempty":
         return None if value else "must not be empty"
     if rule == "processes":
@@ -88,13 +90,12 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         big = [v for v in value if _number(v) and v > 2 * cores]
         return f"asks for {max(big)} processes on {cores} CPU cores (at most {2 * cores} here)" if big else None
     if isinstance(rule, dict) and len(rule) == 1:
-        (kind, arg), = rule.items()
+        ((kind, arg),) = rule.items()
         if kind == "min":
             return None if value >= arg else f"must be at least {arg}"
         if kind == "at_most":
             other = params.get(arg)
-            return None if not (_number(value) and _number(other)) or value <= other else \
-                f"must be at most {arg} ({other})"
+            return None if not (_number(value) and _number(other)) or value <= other else f"must be at most {arg} ({other})"
         if kind == "each":
             bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params))]
             return f"has {bad[0][0]!r}, which {bad[0][1]}" if bad else None
@@ -109,7 +110,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
             named = f"the largest of {arg}" if isinstance(given, list) else arg
             return None if not _number(value) or value % step == 0 else f"must be a multiple of 2 × {named} = {step}"
         if kind == "needed_unless":  # needed, except when another parameter has the given value
-            (other, exempt), = arg.items()
+            ((other, exempt),) = arg.items()
             if params.get(other) == exempt or value:
                 return None
             return f"must be set when {other} is not {exempt!r}"
@@ -125,8 +126,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
 def _step_gib(model: str, dtype: str, seq_len: int, batch: int, loss: str, checkpointing: bool) -> float:
     from .memory.estimate import estimate
 
-    return estimate(model, seq_len, batch=batch, dtype=dtype, device="cpu", loss=loss,
-                    checkpointing=checkpointing).peak_gib
+    return estimate(model, seq_len, batch=batch, dtype=dtype, device="cpu", loss=loss, checkpointing=checkpointing).peak_gib
 
 
 def _step_floor_gib(model: str, dtype: str, tokens: int, loss: str, checkpointing: bool) -> float:
@@ -153,8 +153,12 @@ def _step_too_big(seq_len, arg: dict, params: dict) -> str | None:
     from .models import PRESETS
 
     model, dtype = params.get(arg["model"]), params.get(arg.get("dtype", ""), "fp32")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not isinstance(model, str) or \
-            not (model in PRESETS or _local_model(model)):
+    if (
+        not isinstance(seq_len, int)
+        or isinstance(seq_len, bool)
+        or not isinstance(model, str)
+        or not (model in PRESETS or _local_model(model))
+    ):
         return None
     batches = [params.get(b, b) for b in arg.get("batch", [1])]
     batch = max(b for b in batches if isinstance(b, int) and not isinstance(b, bool))
@@ -163,8 +167,7 @@ def _step_too_big(seq_len, arg: dict, params: dict) -> str | None:
     floor = _step_floor_gib(model, dtype, seq_len * batch, loss, checkpointing)
     if floor <= free / 2:
         return None
-    why = f"for one training step of {model} at batch {batch}, more than the {free:.1f} GiB this machine has free; " \
-          "lower it"
+    why = f"for one training step of {model} at batch {batch}, more than the {free:.1f} GiB this machine has free; lower it"
     if floor > free:
         return f"needs at least {floor:.1f} GiB (what each layer must keep{' and the logits' if loss == 'plain' else ''}) {why}"
     try:

@@ -41,8 +41,14 @@ def runs_on_disk(size: str) -> dict[str, Path]:
     return found
 
 
-def build(size: str = "cpu", out: str | Path | None = None, *, runs: dict[str, Path] | None = None,
-          figures: str | Path | None = None, progress: bool = True) -> Path:
+def build(
+    size: str = "cpu",
+    out: str | Path | None = None,
+    *,
+    runs: dict[str, Path] | None = None,
+    figures: str | Path | None = None,
+    progress: bool = True,
+) -> Path:
     """Build the site for the runs at `size` (`runs`: notebook → executed .ipynb beside its results.json;
     default: what `longctx run` / `make` left in build/) into `out` (default build/site/<size>/), and return
     the folder. `figures`: the folder `longctx figures` wrote (default build/figures/<size>/, if present)."""
@@ -72,8 +78,10 @@ def check_installed() -> None:
 
     missing = [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]
     if missing:
-        raise LongctxError(f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
-                           "missing): pip install -e '.[site]' (or `make site`).")
+        raise LongctxError(
+            f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
+            "missing): pip install -e '.[site]' (or `make site`)."
+        )
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:
@@ -95,14 +103,17 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
     gallery = _gallery(docs / "figures", figures, size)
     shutil.copyfile(REPO / GLOSSARY, docs / GLOSSARY)
     readme = (REPO / "README.md").read_text()
-    status = "\n".join(f"| [{name}]({next(iter(lessons[i].values()))}) | "
-                       f"{'executed at `' + size + '`' if name in runs else 'not executed at `' + size + '`'} |"
-                       for i, name in enumerate(names))
+    status = "\n".join(
+        f"| [{name}]({next(iter(lessons[i].values()))}) | "
+        f"{'executed at `' + size + '`' if name in runs else 'not executed at `' + size + '`'} |"
+        for i, name in enumerate(names)
+    )
     (docs / "index.md").write_text(
-        f"!!! note \"This site\"\n    The lessons as they last ran at the `{size}` size, built by "
+        f'!!! note "This site"\n    The lessons as they last ran at the `{size}` size, built by '
         f"`longctx site --size {size}` from the executed notebooks; nothing was run to build it.\n\n"
         f"| lesson | on this site |\n| --- | --- |\n{status}\n\n"
-        f"The guide's figures: [gallery]({gallery}).\n\n---\n\n" + readme)
+        f"The guide's figures: [gallery]({gallery}).\n\n---\n\n" + readme
+    )
     return [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": gallery}, {"Glossary": GLOSSARY}]
 
 
@@ -116,11 +127,14 @@ def _lesson_page(executed: Path, page: Path, name: str, size: str, following: st
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     versions = results.get("versions", {})
     finished = results.get("finished") or _mtime(results_path)
-    about = (f"> **This run.** Size `{results.get('size', size)}`, finished {finished}"
-             f"{', in %.0f s' % results['seconds'] if 'seconds' in results else ''}; "
-             + ", ".join(f"{k} {versions[k]}" for k in sorted(versions)) + ". "
-             f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself with "
-             f"`longctx run {name[:2]} --size {size}`.")
+    about = (
+        f"> **This run.** Size `{results.get('size', size)}`, finished {finished}"
+        f"{', in %.0f s' % results['seconds'] if 'seconds' in results else ''}; "
+        + ", ".join(f"{k} {versions[k]}" for k in sorted(versions))
+        + ". "
+        f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself with "
+        f"`longctx run {name[:2]} --size {size}`."
+    )
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = _built_links(cell.source)
@@ -148,16 +162,19 @@ def _mtime(path: Path) -> str:
 
 
 def _missing_page(name: str, size: str, following: str | None) -> str:
-    return (f"# {name}\n\n!!! warning \"Not executed at the `{size}` size\"\n    No executed copy of this lesson at "
-            f"`{size}` was found in build/. Run it, then build the site again:\n\n"
-            f"    ```bash\n    longctx run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n"
-            f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n")
+    return (
+        f'# {name}\n\n!!! warning "Not executed at the `{size}` size"\n    No executed copy of this lesson at '
+        f"`{size}` was found in build/. Run it, then build the site again:\n\n"
+        f"    ```bash\n    longctx run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n"
+        f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
+    )
 
 
 def _next(following: str | None, built: bool = False) -> str:
     """The link to the next lesson's page (`following`: its file under docs/). A Markdown page links to the
     file, which MkDocs checks and rewrites; a notebook's cells are rendered as they are, so they name the
     built .html page."""
+
     def href(doc: str) -> str:
         name = Path(doc).name
         return str(Path(name).with_suffix(".html")) if built else name
@@ -176,22 +193,25 @@ def _gallery(folder: Path, figures: Path, size: str) -> str:
                 shutil.copyfile(f, folder / f.name)
     else:
         (folder / "index.md").write_text(
-            f"# Guide figures\n\n!!! warning \"Not generated at the `{size}` size\"\n    `longctx figures --size {size}` "
-            f"writes them into build/figures/{size}/; build the site again afterwards.\n")
+            f'# Guide figures\n\n!!! warning "Not generated at the `{size}` size"\n    `longctx figures --size {size}` '
+            f"writes them into build/figures/{size}/; build the site again afterwards.\n"
+        )
     return "figures/index.md"
 
 
 def _config(size: str, docs: Path, site: Path, nav: list) -> dict:
     return {
         "site_name": f"longctx lessons ({size} run)",
-        "docs_dir": str(docs), "site_dir": str(site),
+        "docs_dir": str(docs),
+        "site_dir": str(site),
         "use_directory_urls": False,  # pages are .html files: the site opens from disk
         "strict": True,  # a link MkDocs can check that points nowhere fails the build
         "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
         "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
         # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
-        "plugins": [{"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True,
-                                        "cache": False}}],
+        "plugins": [
+            {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
+        ],
         "nav": nav,
     }
 

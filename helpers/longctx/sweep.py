@@ -94,8 +94,7 @@ class Sweep:
         declared = declared_parameters(path)
         for key in self.grid:
             if key not in declared:
-                raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: "
-                                   f"{', '.join(declared)}.")
+                raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: {', '.join(declared)}.")
         self._base = size_params(path, self.size)
         self._defaults = declared
         for point in self.points():  # every point's types, before anything runs
@@ -108,8 +107,7 @@ class Sweep:
         self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
         package = Path(__file__).parent  # the helper library's own code and the scripts notebooks launch
         code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
-        self._versions["longctx_source"] = hashlib.sha256(b"".join(
-            p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
+        self._versions["longctx_source"] = hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
         from .paths import data_dir
 
@@ -132,9 +130,15 @@ class Sweep:
 
             here = machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
-        identity = {"notebook": self.notebook, "size": self.size, "params": self.params(point),
-                    "versions": self._versions, "source": self._source, "inputs": self._inputs(point),
-                    "machine": self.machine}
+        identity = {
+            "notebook": self.notebook,
+            "size": self.size,
+            "params": self.params(point),
+            "versions": self._versions,
+            "source": self._source,
+            "inputs": self._inputs(point),
+            "machine": self.machine,
+        }
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     def _inputs(self, point: dict) -> dict:
@@ -176,8 +180,13 @@ def _fingerprint(path: Path) -> str:
     """A file's or a folder's identity: names, sizes and modification times, and the bytes of small files."""
     if not path.exists():
         return "absent"
-    files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    files = (
+        [path]
+        if path.is_file()
+        else sorted(
+            p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+    )
     digest = hashlib.sha256()
     for f in files:
         stat = f.stat()
@@ -252,8 +261,15 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     return record
 
 
-def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | None = None,
-        metric: str | None = None, progress: bool = True) -> Path:
+def run(
+    sweep: Sweep,
+    *,
+    executor: str = "local",
+    jobs: int = 1,
+    slurm: dict | None = None,
+    metric: str | None = None,
+    progress: bool = True,
+) -> Path:
     """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
     check_choice("executor", executor, EXECUTORS)
     if slurm and executor == "local":
@@ -268,11 +284,15 @@ def run(sweep: Sweep, *, executor: str = "local", jobs: int = 1, slurm: dict | N
     if executor != "local":
         _submitit()
     if executor == "slurm" and shutil.which("sbatch") is None:
-        raise LongctxError("--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
-                           "from the cluster's login node, or use --executor local (or slurm-local to rehearse).")
+        raise LongctxError(
+            "--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
+            "from the cluster's login node, or use --executor local (or slurm-local to rehearse)."
+        )
     if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):
-        raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
-                           f"got {jobs!r} (each job runs a notebook kernel of its own).")
+        raise LongctxError(
+            f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
+            f"got {jobs!r} (each job runs a notebook kernel of its own)."
+        )
     if executor == "slurm" and sweep.machine is None:
         sweep.machine = f"slurm partition={(slurm or {}).get('partition')} gpus={(slurm or {}).get('gpus', 0)}"
     from .data import require_corpus
@@ -297,12 +317,15 @@ def _check_layout(out: Path) -> None:
         path = out / name
         if path.exists() or path.is_symlink():
             if path.is_symlink() or (kind == "folder") != path.is_dir() or (kind == "file" and not path.is_file()):
-                raise LongctxError(f"{path} should be a {kind} that the sweep writes; move it away (or give --out "
-                                   "another folder). Nothing was run.")
+                raise LongctxError(
+                    f"{path} should be a {kind} that the sweep writes; move it away (or give --out "
+                    "another folder). Nothing was run."
+                )
     for record in (out / "points").glob("*/point.json") if (out / "points").is_dir() else []:
         if not record.is_file():
-            raise LongctxError(f"{record} is not a regular file (a point's record); remove it and its point runs "
-                               "again. Nothing was run.")
+            raise LongctxError(
+                f"{record} is not a regular file (a point's record); remove it and its point runs again. Nothing was run."
+            )
 
 
 @contextlib.contextmanager
@@ -316,16 +339,17 @@ def _only_sweep_on(folder: Path):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise LongctxError(f"Another sweep is running on {folder}; wait for it (its finished points will be "
-                           "reused), or give this one another --out.") from None
+        raise LongctxError(
+            f"Another sweep is running on {folder}; wait for it (its finished points will be "
+            "reused), or give this one another --out."
+        ) from None
     try:
         yield
     finally:
         handle.close()
 
 
-def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metric: str | None,
-                progress: bool) -> Path:
+def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metric: str | None, progress: bool) -> Path:
     from tqdm.auto import tqdm
 
     points_dir = sweep.out / "points"
@@ -338,8 +362,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
     if done:
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
-    calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p))
-             for p in todo]
+    calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
     finished = [_read_record(sweep.folder(p) / "point.json") for p in sweep.points() if p not in todo]
     _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
     if executor == "local" and jobs == 1:
@@ -347,8 +370,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
             _check_metric(metric, [run_point(*call)])
     elif executor == "local":
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
-        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}",
-                                                      disable=not progress))
+        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
     else:
         _run_submitit(sweep, calls, executor, slurm or {}, progress)
     return write_table(sweep, metric)
@@ -371,8 +393,10 @@ def _check_metric(metric: str | None, records: list[dict]) -> None:
     done = [r for r in records if r.get("status") == "ok"]
     if metric and done and metric not in done[0].get("results", {}):
         known = sorted(k for k, v in done[0]["results"].items() if isinstance(v, (int, float)))
-        raise LongctxError(f"No result named {metric!r}: the finished point reported {', '.join(known)}. The points "
-                           "done so far are kept; re-run with one of those names.")
+        raise LongctxError(
+            f"No result named {metric!r}: the finished point reported {', '.join(known)}. The points "
+            "done so far are kept; re-run with one of those names."
+        )
 
 
 def _run_call(call):
@@ -383,8 +407,7 @@ def _submitit():
     try:
         import submitit
     except ImportError:
-        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install "
-                           "submitit).") from None
+        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install submitit).") from None
     return submitit
 
 
@@ -396,8 +419,11 @@ def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: boo
     ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=cluster)
     params = {"timeout_min": int(slurm.get("time", 60)), "name": f"longctx-{sweep.notebook}"}
     if executor == "slurm":
-        params.update(slurm_partition=slurm.get("partition"), gpus_per_node=int(slurm.get("gpus", 0)),
-                      slurm_array_parallelism=int(slurm.get("parallel", 16)))
+        params.update(
+            slurm_partition=slurm.get("partition"),
+            gpus_per_node=int(slurm.get("gpus", 0)),
+            slurm_array_parallelism=int(slurm.get("parallel", 16)),
+        )
         params = {k: v for k, v in params.items() if v is not None}
     ex.update_parameters(**params)
     if not calls:
@@ -464,8 +490,7 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
         ax.plot([r[first] for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
         for r in members:
             if r["status"] in ("oom", "error", "died"):
-                ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7,
-                            rotation=90, va="bottom")
+                ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom")
     ax.set_xlabel(first)
     ax.set_ylabel(metric)
     ax.set_title(f"{sweep.notebook} ({sweep.size}) sweep")

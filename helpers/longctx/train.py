@@ -58,8 +58,11 @@ class TrainConfig:
 
         from .offload import check_offload
 
-        check_offload(self.offload, checkpointing=self.gradient_checkpointing,
-                      device=self.for_device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        check_offload(
+            self.offload,
+            checkpointing=self.gradient_checkpointing,
+            device=self.for_device or ("cuda" if torch.cuda.is_available() else "cpu"),
+        )
         if self.load_best_model_at_end and not self.eval_steps:
             raise LongctxError("load_best_model_at_end needs eval_steps (evaluation every N steps).")
 
@@ -75,25 +78,39 @@ class TrainConfig:
             bf16 = target == "cuda" and (self.for_device is not None or _cuda_bf16())
         evaluating = bool(self.eval_steps)
         kwargs = dict(
-            output_dir=self.output_dir, max_steps=self.max_steps, num_train_epochs=self.num_train_epochs,
+            output_dir=self.output_dir,
+            max_steps=self.max_steps,
+            num_train_epochs=self.num_train_epochs,
             per_device_train_batch_size=self.per_device_train_batch_size,
             per_device_eval_batch_size=self.per_device_train_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps, learning_rate=self.learning_rate,
-            lr_scheduler_type=self.lr_scheduler_type, warmup_steps=self.warmup_steps,
-            weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm, seed=self.seed, data_seed=self.seed,
-            bf16=bf16, use_cpu=target == "cpu",
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            learning_rate=self.learning_rate,
+            lr_scheduler_type=self.lr_scheduler_type,
+            warmup_steps=self.warmup_steps,
+            weight_decay=self.weight_decay,
+            max_grad_norm=self.max_grad_norm,
+            seed=self.seed,
+            data_seed=self.seed,
+            bf16=bf16,
+            use_cpu=target == "cpu",
             # trl 1.16's default loss: its fused head, which computes the cross-entropy a tile at a time
             loss_type="nll" if self.loss == "chunked" else None,
             # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
             activation_checkpointing=self.gradient_checkpointing,
             activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
-            max_length=self.max_length, logging_steps=self.logging_steps, report_to="none",
-            dataloader_pin_memory=False, disable_tqdm=False,
-            eval_strategy="steps" if evaluating else "no", eval_steps=self.eval_steps,
+            max_length=self.max_length,
+            logging_steps=self.logging_steps,
+            report_to="none",
+            dataloader_pin_memory=False,
+            disable_tqdm=False,
+            eval_strategy="steps" if evaluating else "no",
+            eval_steps=self.eval_steps,
             save_strategy="steps" if (self.save_steps or self.load_best_model_at_end) else "no",
             save_steps=self.save_steps or self.eval_steps or 500,
-            load_best_model_at_end=self.load_best_model_at_end, metric_for_best_model="eval_loss",
-            greater_is_better=False, save_only_model=True,
+            load_best_model_at_end=self.load_best_model_at_end,
+            metric_for_best_model="eval_loss",
+            greater_is_better=False,
+            save_only_model=True,
         )
         if kwargs["loss_type"] is None:
             del kwargs["loss_type"]  # the plain loss is the trainer subclass's, not an SFTConfig setting
@@ -137,8 +154,7 @@ class TrainResult:
         return sum(later) / len(later) if later else None
 
 
-def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,
-                 callbacks=None):
+def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None, callbacks=None):
     """A real trl.SFTTrainer (or the plain-loss subclass) for `model` and pre-tokenized datasets."""
     from trl import SFTTrainer
 
@@ -152,8 +168,14 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
 
         pool = HostPool()
         callbacks.append(_host_pool_callback(pool))
-    trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, eval_dataset=eval_dataset,
-                  processing_class=processing_class, callbacks=callbacks)
+    trainer = cls(
+        model=model,
+        args=cfg.sft_config(),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=processing_class,
+        callbacks=callbacks,
+    )
     quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
     return trainer
 
@@ -182,12 +204,17 @@ def _host_pool_callback(pool):
     return callback
 
 
-def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None,
-            callbacks=None) -> TrainResult:
+def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None, callbacks=None) -> TrainResult:
     """Build the trainer, train, and return losses, the eval curve, timings and paths."""
     timer = _step_timer()
-    trainer = make_trainer(model, train_dataset, cfg, eval_dataset=eval_dataset,
-                           processing_class=processing_class, callbacks=[*(callbacks or []), timer])
+    trainer = make_trainer(
+        model,
+        train_dataset,
+        cfg,
+        eval_dataset=eval_dataset,
+        processing_class=processing_class,
+        callbacks=[*(callbacks or []), timer],
+    )
     start = time.perf_counter()
     out = trainer.train()
     seconds = time.perf_counter() - start
@@ -219,18 +246,24 @@ def _step_timer():
     return StepTimer()
 
 
-def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds: list[float] | None = None
-              ) -> TrainResult:
+def result_of(
+    trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds: list[float] | None = None
+) -> TrainResult:
     history = trainer.state.log_history
     train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
     eval_rows = [r for r in history if "eval_loss" in r]
     best = trainer.state.best_metric
     return TrainResult(
-        losses=[float(r["loss"]) for r in train_rows], steps=[int(r["step"]) for r in train_rows],
-        eval_steps=[int(r["step"]) for r in eval_rows], eval_losses=[float(r["eval_loss"]) for r in eval_rows],
-        seconds=seconds, seconds_per_step=seconds / max(global_step, 1), output_dir=str(Path(cfg.output_dir)),
+        losses=[float(r["loss"]) for r in train_rows],
+        steps=[int(r["step"]) for r in train_rows],
+        eval_steps=[int(r["step"]) for r in eval_rows],
+        eval_losses=[float(r["eval_loss"]) for r in eval_rows],
+        seconds=seconds,
+        seconds_per_step=seconds / max(global_step, 1),
+        output_dir=str(Path(cfg.output_dir)),
         best_checkpoint=trainer.state.best_model_checkpoint,
-        best_eval_loss=None if best is None or math.isnan(best) else float(best), config=asdict(cfg),
+        best_eval_loss=None if best is None or math.isnan(best) else float(best),
+        config=asdict(cfg),
         step_seconds=list(step_seconds or []),
         num_tokens=[int(r["num_tokens"]) for r in train_rows if "num_tokens" in r],
     )

@@ -22,7 +22,7 @@ def _token_losses(model, dataset, batch: int, progress: bool, desc: str):
     add_fused_lm_head(model, outputs=("log_probs",))
     ids = torch.tensor(dataset["input_ids"], device=next(model.parameters()).device)
     for start in tqdm(range(0, len(ids), batch), desc=desc, disable=not progress, leave=False):
-        chunk = ids[start:start + batch]
+        chunk = ids[start : start + batch]
         yield -model(input_ids=chunk, labels=chunk, fused_lm_head=True, use_cache=False).log_probs.double().cpu()
 
 
@@ -38,9 +38,10 @@ def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> n
     return torch.cat([nll.mean(1) for nll in _token_losses(model, dataset, batch, progress, "window losses")]).numpy()
 
 
-def load_model(spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None,
-               dtype: str = "fp32"):
-    """"base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
+def load_model(
+    spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None, dtype: str = "fp32"
+):
+    """ "base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
     length must be given, in `dtype`, on this machine's accelerator. With `wanted`, YaRN is set for
     wanted / trained positions (`beta_fast`: None = transformers' default)."""
     from . import models, rope
@@ -93,7 +94,4 @@ def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out:
     source's test split) or, with held_out=False, training text. `tokenizer` None: the corpus BPE."""
     from . import data
 
-    return data.long_sequences(length, n, "validation" if held_out else "train", dataset=dataset,
-                               tokenizer=tokenizer, seed=seed)
-
-
+    return data.long_sequences(length, n, "validation" if held_out else "train", dataset=dataset, tokenizer=tokenizer, seed=seed)

@@ -21,8 +21,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = os.environ.get("LAB_SMOKE_NOTEBOOK", "01_chunked_loss.ipynb")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not os.environ.get("LONGCTX_LAB_SMOKE"),
-                                reason="the browser smoke test runs with `make lab-smoke` (LONGCTX_LAB_SMOKE=1)")
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("LONGCTX_LAB_SMOKE"), reason="the browser smoke test runs with `make lab-smoke` (LONGCTX_LAB_SMOKE=1)"
+)
 
 
 def _free_port() -> int:
@@ -42,9 +43,14 @@ def lab(tmp_path):
     from longctx import lab as longctx_lab
 
     longctx_lab.write_settings()  # what `longctx lab` does before it starts JupyterLab
-    proc = subprocess.Popen(longctx_lab.command(root, "--no-browser", f"--port={port}", f"--IdentityProvider.token={token}",
-                                                "--ServerApp.ip=127.0.0.1"),
-                            env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "lab.log").open("w"))
+    proc = subprocess.Popen(
+        longctx_lab.command(
+            root, "--no-browser", f"--port={port}", f"--IdentityProvider.token={token}", "--ServerApp.ip=127.0.0.1"
+        ),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "lab.log").open("w"),
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
@@ -76,8 +82,10 @@ def test_notebook_runs_top_to_bottom_in_jupyterlab(lab):
         deadline = time.time() + 900
         time.sleep(3)
         while time.time() < deadline:  # the kernel indicator goes busy while cells run
-            if page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() and \
-                    page.locator(".jp-InputArea-prompt:has-text('[*]')").count() == 0:
+            if (
+                page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count()
+                and page.locator(".jp-InputArea-prompt:has-text('[*]')").count() == 0
+            ):
                 break
             time.sleep(2)
         page.keyboard.press("Control+s")

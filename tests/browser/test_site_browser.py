@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not os.environ.get("LONGCTX_SITE_CHECK"),
-                                reason="the browser check of the site runs with `make site-check` (LONGCTX_SITE_CHECK)")
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("LONGCTX_SITE_CHECK"),
+    reason="the browser check of the site runs with `make site-check` (LONGCTX_SITE_CHECK)",
+)
 
 
 @pytest.fixture
@@ -41,8 +43,11 @@ def test_every_page_renders_its_figures_and_no_traceback(site_folder, tmp_path):
             page.wait_for_load_state("load")
             images = page.evaluate("Array.from(document.images).map(i => [i.currentSrc || i.src, i.complete, i.naturalWidth])")
             figures += len(images)
-            problems += [f"{html.relative_to(site_folder)}: image {src[:80]} not rendered"
-                         for src, complete, width in images if not complete or width == 0]
+            problems += [
+                f"{html.relative_to(site_folder)}: image {src[:80]} not rendered"
+                for src, complete, width in images
+                if not complete or width == 0
+            ]
             if "Traceback (most recent call last)" in page.inner_text("body"):
                 problems.append(f"{html.relative_to(site_folder)}: shows a Python traceback")
             if html.relative_to(site_folder).as_posix() in ("index.html", "lessons/01_chunked_loss.html"):

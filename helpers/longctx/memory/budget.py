@@ -54,8 +54,12 @@ def training_budget(
     `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor.
     """
     check_choice("method", method, METHODS)
-    for name, dt in (("weight_dtype", weight_dtype), ("grad_dtype", grad_dtype), ("state_dtype", state_dtype),
-                     ("adapter_dtype", adapter_dtype)):
+    for name, dt in (
+        ("weight_dtype", weight_dtype),
+        ("grad_dtype", grad_dtype),
+        ("state_dtype", state_dtype),
+        ("adapter_dtype", adapter_dtype),
+    ):
         if dt is not None:
             check_choice(name, dt, BYTES)
     if method == "qlora" and weight_dtype != "nf4":
@@ -65,9 +69,11 @@ def training_budget(
     step_bytes = trainable_tensors * BYTES["fp32"]
     if method == "full":
         g = BYTES[grad_dtype or weight_dtype]
-        return Budget(method, n_params * BYTES[weight_dtype], n_params * g,
-                      n_params * 2 * BYTES[state_dtype] + step_bytes)
+        return Budget(method, n_params * BYTES[weight_dtype], n_params * g, n_params * 2 * BYTES[state_dtype] + step_bytes)
     a = BYTES[adapter_dtype or ("bf16" if weight_dtype == "nf4" else weight_dtype)]
-    return Budget(method, n_params * BYTES[weight_dtype] + trainable_params * a, trainable_params * a,
-                  trainable_params * 2 * BYTES[state_dtype] + step_bytes)
-
+    return Budget(
+        method,
+        n_params * BYTES[weight_dtype] + trainable_params * a,
+        trainable_params * a,
+        trainable_params * 2 * BYTES[state_dtype] + step_bytes,
+    )

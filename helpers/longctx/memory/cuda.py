@@ -12,15 +12,18 @@ from ..errors import LongctxError
 from .profile import GIB, MemoryProfile
 
 
-def measure_cuda(step, *, model, optimizer=None, snapshot: str | Path | None = None, band_bytes: int = 0,
-                 device: str | torch.device = "cuda") -> MemoryProfile:
+def measure_cuda(
+    step, *, model, optimizer=None, snapshot: str | Path | None = None, band_bytes: int = 0, device: str | torch.device = "cuda"
+) -> MemoryProfile:
     """Run `step()` once on the GPU: MemTracker's categories and timeline (as on the CPU) next to the
     caching allocator's `max_memory_allocated`; `snapshot` saves `_record_memory_history`'s pickle."""
     from .measure import TimelineTracker, tensor_device
 
     if not torch.cuda.is_available():
-        raise LongctxError("measure(device='cuda') was asked but there is no CUDA device here; "
-                           "measure on 'cpu', or estimate the full size with longctx.memory.estimate.")
+        raise LongctxError(
+            "measure(device='cuda') was asked but there is no CUDA device here; "
+            "measure on 'cpu', or estimate the full size with longctx.memory.estimate."
+        )
     device = tensor_device(device)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -41,7 +44,12 @@ def measure_cuda(step, *, model, optimizer=None, snapshot: str | Path | None = N
             torch.cuda.memory._record_memory_history(enabled=None)
     profile = tracker.profile("memtracker+cuda-allocator")
     peak = torch.cuda.max_memory_allocated(device)
-    profile.note("cuda_allocator", allocator_peak_bytes=peak, allocator_baseline_bytes=baseline,
-                 allocator_peak_gib=peak / GIB, tracker_over_allocator=profile.peak_bytes / peak if peak else None,
-                 snapshot=str(snapshot) if snapshot else None)
+    profile.note(
+        "cuda_allocator",
+        allocator_peak_bytes=peak,
+        allocator_baseline_bytes=baseline,
+        allocator_peak_gib=peak / GIB,
+        tracker_over_allocator=profile.peak_bytes / peak if peak else None,
+        snapshot=str(snapshot) if snapshot else None,
+    )
     return profile

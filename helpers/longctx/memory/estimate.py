@@ -45,8 +45,10 @@ def check_model(cfg) -> None:
     kind = getattr(cfg, "model_type", "")
     encoder = kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
     if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or encoder or getattr(cfg, "is_encoder_decoder", False):
-        raise LongctxError(f"model_type {kind!r} is not a decoder-only language model; longctx estimates causal LMs "
-                           "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains.")
+        raise LongctxError(
+            f"model_type {kind!r} is not a decoder-only language model; longctx estimates causal LMs "
+            "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains."
+        )
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
         if getattr(text, name, None) is not None:
@@ -58,34 +60,54 @@ def check_model(cfg) -> None:
     experts = next((v for n in ("num_experts", "num_local_experts") if isinstance(v := getattr(text, n, None), int)), None)
     per_token = getattr(text, "num_experts_per_tok", None)
     if experts is not None and experts < 1 and (experts < 0 or "moe" in text.model_type or per_token):
-        raise LongctxError(f"The config has {experts} experts; a mixture-of-experts model needs at least one "
-                           "(fix num_experts in config.json).")
+        raise LongctxError(
+            f"The config has {experts} experts; a mixture-of-experts model needs at least one (fix num_experts in config.json)."
+        )
     if experts and isinstance(per_token, int) and not 0 < per_token <= experts:
-        raise LongctxError(f"The config routes each token to {per_token} of {experts} experts; num_experts_per_tok must "
-                           "be from 1 to the number of experts (fix config.json).")
+        raise LongctxError(
+            f"The config routes each token to {per_token} of {experts} experts; num_experts_per_tok must "
+            "be from 1 to the number of experts (fix config.json)."
+        )
     window = getattr(text, "sliding_window", None)
     if isinstance(window, int) and not isinstance(window, bool) and window < 0:
         raise LongctxError(f"The config's sliding_window is {window}; a window is a positive number of tokens, or null.")
     for name, cap in (("vocab_size", MAX_VOCAB), ("num_hidden_layers", MAX_LAYERS)):
         value = getattr(text, name, None)
         if isinstance(value, int) and value > cap:
-            raise LongctxError(f"The config's {name} is {value:,}, over the {cap:,} the estimator takes: its trace "
-                               "grows with it and would run for many minutes (released LMs stay far below).")
+            raise LongctxError(
+                f"The config's {name} is {value:,}, over the {cap:,} the estimator takes: its trace "
+                "grows with it and would run for many minutes (released LMs stay far below)."
+            )
     heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
     if heads and kv and heads % kv:
-        raise LongctxError(f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
-                           "the first to be a multiple of the second.")
+        raise LongctxError(
+            f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
+            "the first to be a multiple of the second."
+        )
 
 
-def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int,
-                 device: str = "cpu", optim: str = "fused", attn_implementation: str = "sdpa") -> None:
+def check_levers(
+    cfg,
+    seq_len,
+    *,
+    loss: str,
+    checkpointing: bool,
+    offload: bool,
+    dtype: str,
+    batch: int,
+    device: str = "cpu",
+    optim: str = "fused",
+    attn_implementation: str = "sdpa",
+) -> None:
     from ..data import check_positive_int
 
     check_model(cfg)
     check_positive_int("seq_len", seq_len)
     if seq_len * batch > MAX_TOKENS:
-        raise LongctxError(f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (16 times "
-                           "the guide's million-token step); give a shorter sequence or a smaller batch.")
+        raise LongctxError(
+            f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (16 times "
+            "the guide's million-token step); give a shorter sequence or a smaller batch."
+        )
     check_positive_int("batch", batch)
     check_choice("loss", loss, LOSSES)
     check_choice("dtype", dtype, DTYPES)
@@ -93,12 +115,16 @@ def check_levers(cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool,
     check_choice("optim", optim, OPTIMIZERS)
     check_choice("attn_implementation", attn_implementation, ATTENTIONS)
     if attn_implementation == "flash_attention_2" and (device != "cuda" or dtype == "fp32"):
-        raise LongctxError("FlashAttention-2 runs on CUDA GPUs in bf16/fp16 only: estimate it with device='cuda' "
-                           "(--device cuda) and dtype bf16, or pick attn_implementation='sdpa'.")
+        raise LongctxError(
+            "FlashAttention-2 runs on CUDA GPUs in bf16/fp16 only: estimate it with device='cuda' "
+            "(--device cuda) and dtype bf16, or pick attn_implementation='sdpa'."
+        )
     if offload and not checkpointing:
-        raise LongctxError("Activation offload moves the tensors that checkpointing saves; it needs gradient "
-                           "checkpointing on (checkpointing=True: drop --no-checkpointing; or offload=False: drop "
-                           "--offload).")
+        raise LongctxError(
+            "Activation offload moves the tensors that checkpointing saves; it needs gradient "
+            "checkpointing on (checkpointing=True: drop --no-checkpointing; or offload=False: drop "
+            "--offload)."
+        )
 
 
 def _to_host(t):
@@ -121,9 +147,21 @@ def _default_dtype(dtype):
         torch.set_default_dtype(before)
 
 
-def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False,
-               batch: int = 1, lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False,
-               optim: str = "fused", attn_implementation: str = "sdpa"):
+def build_step(
+    cfg,
+    seq_len: int,
+    *,
+    loss: str = "chunked",
+    checkpointing: bool = True,
+    offload: bool = False,
+    batch: int = 1,
+    lr: float = 1e-5,
+    seed: int = 0,
+    mesh=None,
+    mixed_precision: bool = False,
+    optim: str = "fused",
+    attn_implementation: str = "sdpa",
+):
     """Model, optimizer (its state already created) and a `step()` closure: forward, loss, backward,
     optimizer step. Runs the same on real tensors (measure) and under FakeTensorMode (estimate).
 
@@ -143,15 +181,18 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     # the dtype the caller set as default (the estimate's `dtype`): from_config would otherwise take a dtype the
     # config names ("dtype": "bfloat16" in most hub configs) over it
     try:
-        net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation,
-                                               dtype=torch.get_default_dtype())
+        net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation, dtype=torch.get_default_dtype())
     except Exception as exc:  # transformers' own errors for a config it cannot build (unknown activation, ...)
-        raise LongctxError(f"transformers cannot build a {getattr(cfg, 'model_type', '?')} model from this config: "
-                           f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}. Fix config.json.") from None
+        raise LongctxError(
+            f"transformers cannot build a {getattr(cfg, 'model_type', '?')} model from this config: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}. Fix config.json."
+        ) from None
     if checkpointing:
         if not net.supports_gradient_checkpointing:
-            raise LongctxError(f"{type(net).__name__} does not support gradient checkpointing; "
-                               "estimate without it (checkpointing=False, --no-checkpointing).")
+            raise LongctxError(
+                f"{type(net).__name__} does not support gradient checkpointing; "
+                "estimate without it (checkpointing=False, --no-checkpointing)."
+            )
         if offload:  # transformers' save_on_cpu-around-checkpoint, with `meta` as the host
             from ..offload import install
 
@@ -165,8 +206,11 @@ def build_step(cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     if mesh is not None:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed_precision \
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if mixed_precision
             else MixedPrecisionPolicy()
+        )
         for layer in net.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(net, mesh=mesh, mp_policy=policy)
@@ -205,16 +249,22 @@ def check_cp(cfg, seq_len: int, cp_size: int, *, mixed_precision: bool, fake: bo
 
     check_positive_int("cp_size", cp_size)
     if cp_size & (cp_size - 1):
-        raise LongctxError(f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
-                           "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those.")
+        raise LongctxError(
+            f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
+            "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those."
+        )
     if cp_size > 1:
         check_plan(cfg, seq_len, cp_size=cp_size)
         if not fake:
-            raise LongctxError("A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
-                               "go through longctx.parallel.launch.")
+            raise LongctxError(
+                "A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
+                "go through longctx.parallel.launch."
+            )
     if mixed_precision and (cp_size == 1 or dtype != "bf16"):
-        raise LongctxError("mixed_precision (fp32 master weights, bf16 compute) is modelled with FSDP2: use it with "
-                           "cp_size > 1 and dtype='bf16'.")
+        raise LongctxError(
+            "mixed_precision (fp32 master weights, bf16 compute) is modelled with FSDP2: use it with "
+            "cp_size > 1 and dtype='bf16'."
+        )
 
 
 @contextlib.contextmanager
@@ -230,8 +280,10 @@ def _fake_mesh(cp_size: int):
     from .. import compat
 
     if dist.is_initialized():
-        raise LongctxError("estimate(cp_size>1) builds its own fake process group; call it from a process that has "
-                           "no torch.distributed group initialised.")
+        raise LongctxError(
+            "estimate(cp_size>1) builds its own fake process group; call it from a process that has "
+            "no torch.distributed group initialised."
+        )
     compat.register_cpu_ring_attention()  # the fake "device" is the CPU: its attention kernel needs the ring handler
     dist.init_process_group("fake", rank=0, world_size=cp_size, store=FakeStore())
     try:
@@ -240,10 +292,22 @@ def _fake_mesh(cp_size: int):
         dist.destroy_process_group()
 
 
-def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True,
-             offload: bool = False, dtype: str = DEFAULT_DTYPE, batch: int = 1, fake: bool = True, cp_size: int = 1,
-             mixed_precision: bool = False, device: str | None = None, optim: str = "fused",
-             attn_implementation: str = "sdpa") -> MemoryProfile:
+def estimate(
+    model,
+    seq_len: int,
+    *,
+    loss: str = "chunked",
+    checkpointing: bool = True,
+    offload: bool = False,
+    dtype: str = DEFAULT_DTYPE,
+    batch: int = 1,
+    fake: bool = True,
+    cp_size: int = 1,
+    mixed_precision: bool = False,
+    device: str | None = None,
+    optim: str = "fused",
+    attn_implementation: str = "sdpa",
+) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
     on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same
     step runs for real on the CPU (small models only): that is how the estimator is checked.
@@ -261,15 +325,29 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
 
     device = device or ("cuda" if fake else "cpu")
     cfg = models.config(model) if isinstance(model, str) else model
-    check_levers(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype, batch=batch,
-                 device=device, optim=optim, attn_implementation=attn_implementation)
+    check_levers(
+        cfg,
+        seq_len,
+        loss=loss,
+        checkpointing=checkpointing,
+        offload=offload,
+        dtype=dtype,
+        batch=batch,
+        device=device,
+        optim=optim,
+        attn_implementation=attn_implementation,
+    )
     check_cp(cfg, seq_len, cp_size, mixed_precision=mixed_precision, fake=fake, dtype=dtype)
     if cp_size > 1 and attn_implementation != "sdpa":
-        raise LongctxError("torch's context_parallel splits the sequence by routing scaled_dot_product_attention "
-                           "through its ring: a context-parallel step needs attn_implementation='sdpa'.")
+        raise LongctxError(
+            "torch's context_parallel splits the sequence by routing scaled_dot_product_attention "
+            "through its ring: a context-parallel step needs attn_implementation='sdpa'."
+        )
     if not fake and device != "cpu":
-        raise LongctxError("A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or estimate "
-                           "the GPU's step on fake tensors (fake=True).")
+        raise LongctxError(
+            "A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or estimate "
+            "the GPU's step on fake tensors (fake=True)."
+        )
     if offload and not fake:
         raise LongctxError("A real CPU step has no separate host memory to offload to; estimate it (fake=True).")
     layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
@@ -279,9 +357,18 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     # under CP the attention stays torch's CPU ring (the only ring a CPU build can run); the rest is the GPU's
     kernels = compat.gpu_dispatch(attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
     with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
-        net, optimizer, step = build_step(cfg, seq_len, loss=loss, checkpointing=checkpointing, offload=offload,
-                                          batch=batch, mesh=mesh, mixed_precision=mixed_precision, optim=optim,
-                                          attn_implementation=attn_implementation)
+        net, optimizer, step = build_step(
+            cfg,
+            seq_len,
+            loss=loss,
+            checkpointing=checkpointing,
+            offload=offload,
+            batch=batch,
+            mesh=mesh,
+            mixed_precision=mixed_precision,
+            optim=optim,
+            attn_implementation=attn_implementation,
+        )
         tracker = TimelineTracker("cpu", host=HOST, band_bytes=layer_input)
         tracker.track_external(net, optimizer)
         tracker.watch_layer_inputs(_decoder_layers(net))
@@ -295,10 +382,20 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
     first = dict(zip(CATEGORIES, profile.timeline[0]))
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     profile.note(
-        "estimate", model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
-        seq_len=seq_len, batch=batch, loss=loss, checkpointing=checkpointing, offload=offload, dtype=dtype,
-        cp_size=cp_size, tokens_per_rank=seq_len // cp_size, mixed_precision=mixed_precision,
-        device=device, optim=optim, attn_implementation=attn_implementation,
+        "estimate",
+        model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
+        seq_len=seq_len,
+        batch=batch,
+        loss=loss,
+        checkpointing=checkpointing,
+        offload=offload,
+        dtype=dtype,
+        cp_size=cp_size,
+        tokens_per_rank=seq_len // cp_size,
+        mixed_precision=mixed_precision,
+        device=device,
+        optim=optim,
+        attn_implementation=attn_implementation,
         params=sum(p.numel() for p in net.parameters()),
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,
@@ -306,7 +403,8 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
         hidden_sized_tensors=int(tracker.forward_end_activations.get(layer_input, 0)),
         sliding_window=getattr(text, "sliding_window", None),
         attention_mask_gib=mask_bytes / GIB,  # (seq × seq) masks transformers built for the attention kernel
-        device_peak_gib=profile.peak_gib, wall_seconds=time.perf_counter() - start,
+        device_peak_gib=profile.peak_gib,
+        wall_seconds=time.perf_counter() - start,
     )
     return profile
 
@@ -314,8 +412,10 @@ def estimate(model, seq_len: int, *, loss: str = "chunked", checkpointing: bool 
 def _decoder_layers(net) -> list:
     layers = getattr(getattr(net, "model", None), "layers", None)
     if layers is None:
-        raise LongctxError(f"{type(net).__name__} keeps no decoder layers at .model.layers; longctx estimates the "
-                           "causal LMs transformers builds that way (Qwen3, Llama, Mistral, Gemma, Phi, MoE families).")
+        raise LongctxError(
+            f"{type(net).__name__} keeps no decoder layers at .model.layers; longctx estimates the "
+            "causal LMs transformers builds that way (Qwen3, Llama, Mistral, Gemma, Phi, MoE families)."
+        )
     return list(layers)
 
 
@@ -336,8 +436,7 @@ def _attention_masks(net) -> dict:
     return seen
 
 
-def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None,
-          **levers) -> dict:
+def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None, **levers) -> dict:
     """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`.
 
     Past the fixed-size tile regime the peak grows almost linearly with length, so the secant method
@@ -367,8 +466,10 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
     intercept = peak(x1) - slope * x1
     fitting = [n for n in peaks if peaks[n] <= capacity_gib]
     if not fitting and peak(multiple) > capacity_gib:
-        raise LongctxError(f"Even {multiple:,} tokens need {peaks[multiple]:.1f} GiB, over the {capacity_gib:g} GiB "
-                           "capacity: add levers (chunked loss, checkpointing, offload) or more memory.")
+        raise LongctxError(
+            f"Even {multiple:,} tokens need {peaks[multiple]:.1f} GiB, over the {capacity_gib:g} GiB "
+            "capacity: add levers (chunked loss, checkpointing, offload) or more memory."
+        )
     low = max(n for n in peaks if peaks[n] <= capacity_gib)
     high = min((n for n in peaks if n > low and peaks[n] > capacity_gib), default=None)
     step = multiple
@@ -380,5 +481,10 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
     while high is not None and high - low > multiple:  # bisection on multiples: peak grows with length
         mid = (low + high) // 2 // multiple * multiple
         low, high = (mid, high) if peak(mid) <= capacity_gib else (low, mid)
-    return {"seq_len": low, "peak_gib": peak(low), "gib_per_1k_tokens": slope * 1024, "intercept_gib": intercept,
-            "estimates": len(peaks) - len([n for n in (known or {}) if n % multiple == 0])}
+    return {
+        "seq_len": low,
+        "peak_gib": peak(low),
+        "gib_per_1k_tokens": slope * 1024,
+        "intercept_gib": intercept,
+        "estimates": len(peaks) - len([n for n in (known or {}) if n % multiple == 0]),
+    }

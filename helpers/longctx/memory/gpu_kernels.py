@@ -21,8 +21,9 @@ def _round_up(n: int, to: int) -> int:
 
 def _fake_only(*tensors) -> None:
     if not all(isinstance(t, FakeTensor) for t in tensors):
-        raise LongctxError("The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only "
-                           "(longctx.memory.estimate).")
+        raise LongctxError(
+            "The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only (longctx.memory.estimate)."
+        )
 
 
 class FlashAttention(torch.autograd.Function):
@@ -50,8 +51,10 @@ class FlashAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, _out, _lse = ctx.saved_tensors
         b, h, s, d = q.shape
-        scratch = [q.new_empty((b, h, _round_up(s, 128)), dtype=torch.float32),
-                   q.new_empty((b, _round_up(s, 128), h, _round_up(d, 32) if d <= 192 else 256), dtype=torch.float32)]
+        scratch = [
+            q.new_empty((b, h, _round_up(s, 128)), dtype=torch.float32),
+            q.new_empty((b, _round_up(s, 128), h, _round_up(d, 32) if d <= 192 else 256), dtype=torch.float32),
+        ]
         if k.shape[1] != h:
             scratch += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, v.shape[3]))]
         grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
@@ -81,16 +84,19 @@ def sdpa_as_cuda(original):
             if attn_mask.dtype == torch.bool:  # what aten's convert_boolean_attn_mask does before the kernel
                 bias = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
             out, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
-                query, key, value, bias, True, dropout_p, is_causal, scale=scale)
+                query, key, value, bias, True, dropout_p, is_causal, scale=scale
+            )
             return out
-        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                        scale=scale, enable_gqa=enable_gqa)
+        return original(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
+        )
 
     return sdpa
 
 
-def flash_attention_2(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
-                      softcap=None, **kwargs):
+def flash_attention_2(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None, softcap=None, **kwargs
+):
     """transformers' attention-function signature for `attn_implementation="flash_attention_2"`: the
     flash-attn package's kernel (same allocations as above; a sliding window changes what it computes,
     not what it allocates). Returns (batch, seq, heads, head_dim), as transformers' flash path does."""

@@ -22,8 +22,13 @@ from ..errors import LongctxError
 from .profile import CATEGORIES, PHASES, MemoryProfile
 
 _TRACKER_NAMES = {
-    "Parameter": "parameters", "Buffer": "buffers", "Gradient": "gradients", "Optstate": "optimizer",
-    "Activation": "activations", "Temp": "temporaries", "Other": "other",
+    "Parameter": "parameters",
+    "Buffer": "buffers",
+    "Gradient": "gradients",
+    "Optstate": "optimizer",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "Other": "other",
 }
 
 
@@ -37,8 +42,10 @@ def tensor_device(spec) -> torch.device:
         return torch.device(device.type)
     here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     if here is None or here.type != device.type:
-        raise LongctxError(f"{str(device)!r} was asked for but there is no {device.type.upper()} device here; measure "
-                           "on 'cpu', or estimate the full size with longctx.memory.estimate.")
+        raise LongctxError(
+            f"{str(device)!r} was asked for but there is no {device.type.upper()} device here; measure "
+            "on 'cpu', or estimate the full size with longctx.memory.estimate."
+        )
     return torch.device(device.type, torch.accelerator.current_device_index()) if device.index is None else device
 
 
@@ -50,8 +57,9 @@ class TimelineTracker(FrozenParamsMemTracker):
     (we read the whole-step timeline instead), which makes a 36-layer fake step minutes faster.
     """
 
-    def __init__(self, device: str = "cpu", host: str | None = None, band_bytes: int = 0,
-                 host_counter: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, device: str = "cpu", host: str | None = None, band_bytes: int = 0, host_counter: Callable[[], int] | None = None
+    ) -> None:
         super().__init__()
         # host bytes come from tensors on the `host` device, or from `host_counter()` (a CPU HostPool)
         self.host_counter = host_counter
@@ -72,6 +80,7 @@ class TimelineTracker(FrozenParamsMemTracker):
     def watch_layer_inputs(self, layers) -> None:
         """Count, at the end of the forward pass, the decoder layers' own inputs still alive on the device
         (what checkpointing keeps per layer), told apart from other tensors of the same size."""
+
         def hook(module, args, kwargs):
             hidden = args[0] if args else kwargs.get("hidden_states")
             if isinstance(hidden, torch.Tensor) and not self._mod_tracker.is_bw:
@@ -124,8 +133,9 @@ class TimelineTracker(FrozenParamsMemTracker):
         by_name = {_TRACKER_NAMES[k.value]: v for k, v in snap.items() if hasattr(k, "value")}
         self.rows.append([by_name.get(c, 0) for c in CATEGORIES])
         host = self._curr_mem_snap.get(self.host, {}) if self.host else {}
-        self.host_rows.append(sum(v for k, v in host.items() if hasattr(k, "value"))
-                              + (self.host_counter() if self.host_counter else 0))
+        self.host_rows.append(
+            sum(v for k, v in host.items() if hasattr(k, "value")) + (self.host_counter() if self.host_counter else 0)
+        )
         self.phases.append(phase)
         self.band_rows.append(self._bands)
 
@@ -137,16 +147,28 @@ class TimelineTracker(FrozenParamsMemTracker):
         totals = timeline.sum(axis=1)
         i = int(totals.argmax())
         return MemoryProfile(
-            device=self.device.type, source=source, timeline=timeline, phases=list(self.phases),
-            peak_bytes=int(totals[i]), peak_phase=self.phases[i],
+            device=self.device.type,
+            source=source,
+            timeline=timeline,
+            phases=list(self.phases),
+            peak_bytes=int(totals[i]),
+            peak_phase=self.phases[i],
             peak_breakdown=dict(zip(CATEGORIES, (int(x) for x in timeline[i]))),
             host_bytes=np.asarray(self.host_rows, dtype=np.int64),
-            band_bytes=self.band_bytes, bands=np.asarray(self.band_rows, dtype=np.int64),
+            band_bytes=self.band_bytes,
+            bands=np.asarray(self.band_rows, dtype=np.int64),
         )
 
 
-def measure(step: Callable[[], object], *, model: torch.nn.Module, optimizer=None, device: str | None = None,
-            band_bytes: int = 0, host_pool=None) -> MemoryProfile:
+def measure(
+    step: Callable[[], object],
+    *,
+    model: torch.nn.Module,
+    optimizer=None,
+    device: str | None = None,
+    band_bytes: int = 0,
+    host_pool=None,
+) -> MemoryProfile:
     """Run `step()` (forward, loss, backward, optimizer step) once and return its MemoryProfile.
 
     `model` and `optimizer` exist before the step; they are registered so that their tensors are

@@ -14,15 +14,49 @@ PHASES = ("forward", "backward", "optimizer")
 # What each producer records in MemoryProfile.meta, in one place: a key means one thing whoever made the profile
 # (MemoryProfile.note refuses a key its producer has not declared).
 META_KEYS = {
-    "estimate": ("model", "seq_len", "batch", "loss", "checkpointing", "offload", "dtype", "cp_size", "tokens_per_rank",
-                 "mixed_precision", "device", "optim", "attn_implementation", "params", "fixed_gib",
-                 "per_layer_saved_gib", "saved_layer_tensors", "hidden_sized_tensors", "sliding_window",
-                 "attention_mask_gib", "device_peak_gib", "wall_seconds"),
-    "trainer_step": ("trainable_params", "trainable_tensors", "total_params", "tokens", "loss_value",
-                     # the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
-                     "host_peak_bytes", "host_peak_tensors", "to_host_bytes", "to_device_bytes"),
-    "cuda_allocator": ("allocator_peak_bytes", "allocator_baseline_bytes", "allocator_peak_gib",
-                       "tracker_over_allocator", "snapshot"),
+    "estimate": (
+        "model",
+        "seq_len",
+        "batch",
+        "loss",
+        "checkpointing",
+        "offload",
+        "dtype",
+        "cp_size",
+        "tokens_per_rank",
+        "mixed_precision",
+        "device",
+        "optim",
+        "attn_implementation",
+        "params",
+        "fixed_gib",
+        "per_layer_saved_gib",
+        "saved_layer_tensors",
+        "hidden_sized_tensors",
+        "sliding_window",
+        "attention_mask_gib",
+        "device_peak_gib",
+        "wall_seconds",
+    ),
+    "trainer_step": (
+        "trainable_params",
+        "trainable_tensors",
+        "total_params",
+        "tokens",
+        "loss_value",
+        # the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
+        "host_peak_bytes",
+        "host_peak_tensors",
+        "to_host_bytes",
+        "to_device_bytes",
+    ),
+    "cuda_allocator": (
+        "allocator_peak_bytes",
+        "allocator_baseline_bytes",
+        "allocator_peak_gib",
+        "tracker_over_allocator",
+        "snapshot",
+    ),
 }
 
 
@@ -81,8 +115,12 @@ class MemoryProfile:
     def summary(self) -> dict:
         """The scalars a notebook records in results.json."""
         return {
-            "device": self.device, "source": self.source, "peak_gib": self.peak_gib, "peak_bytes": self.peak_bytes,
-            "peak_phase": self.peak_phase, "host_gib": self.host_peak_bytes / GIB,
+            "device": self.device,
+            "source": self.source,
+            "peak_gib": self.peak_gib,
+            "peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak_phase,
+            "host_gib": self.host_peak_bytes / GIB,
             "peak_breakdown_gib": {k: v / GIB for k, v in self.peak_breakdown.items()},
             "max_by_category_gib": {k: v / GIB for k, v in self.max_by_category().items()},
             **self.meta,

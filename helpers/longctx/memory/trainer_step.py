@@ -28,8 +28,10 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     elif trainer.args.activation_checkpointing:  # Trainer.train() turns it on; a lone measured step must too
         kwargs = dict(trainer.args.activation_checkpointing_kwargs or {})
         model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={k: v for k, v in kwargs.items() if k not in ("every_n_layers", "offload")}
-            or None, every_n_layers=kwargs.get("every_n_layers", 1), offload=kwargs.get("offload", False))
+            activation_checkpointing_kwargs={k: v for k, v in kwargs.items() if k not in ("every_n_layers", "offload")} or None,
+            every_n_layers=kwargs.get("every_n_layers", 1),
+            offload=kwargs.get("offload", False),
+        )
     # train() sets this before its first training_step; one measured step does not go through train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
 
@@ -44,24 +46,44 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     profile = measure(step, model=model, optimizer=optimizer, band_bytes=band, host_pool=pool)
     trainable = [p for p in model.parameters() if p.requires_grad]
     profile.note(
-        "trainer_step", trainable_params=sum(p.numel() for p in trainable), trainable_tensors=len(trainable),
+        "trainer_step",
+        trainable_params=sum(p.numel() for p in trainable),
+        trainable_tensors=len(trainable),
         total_params=sum(p.numel() for p in model.parameters()),
-        tokens=tokens, loss_value=losses[0], **(pool.summary() if pool is not None else {}),
+        tokens=tokens,
+        loss_value=losses[0],
+        **(pool.summary() if pool is not None else {}),
     )
     return profile
 
 
-def sft_step_profile(model, dataset, *, loss: str = "chunked", output_dir: str, processing_class=None,
-                     gradient_checkpointing: bool = True, offload=False, batch_size: int = 1,
-                     tiles=(None, None)) -> MemoryProfile:
+def sft_step_profile(
+    model,
+    dataset,
+    *,
+    loss: str = "chunked",
+    output_dir: str,
+    processing_class=None,
+    gradient_checkpointing: bool = True,
+    offload=False,
+    batch_size: int = 1,
+    tiles=(None, None),
+) -> MemoryProfile:
     """One real SFTTrainer step of `model` on `dataset` with the given loss and offload mode (see
     TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns); None keeps
     TRL's default."""
     from ..compat import fused_head_tiles
     from ..train import TrainConfig, make_trainer
 
-    cfg = TrainConfig(output_dir=output_dir, max_steps=1, loss=loss, per_device_train_batch_size=batch_size,
-                      gradient_checkpointing=gradient_checkpointing, offload=offload, extra={"disable_tqdm": True})
+    cfg = TrainConfig(
+        output_dir=output_dir,
+        max_steps=1,
+        loss=loss,
+        per_device_train_batch_size=batch_size,
+        gradient_checkpointing=gradient_checkpointing,
+        offload=offload,
+        extra={"disable_tqdm": True},
+    )
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
     with fused_head_tiles(*tiles):
         return trainer_step_profile(trainer)
