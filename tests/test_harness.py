@@ -510,3 +510,32 @@ def test_the_rehearsal_names_the_command_that_builds_what_it_reads(tmp_path, mon
     (tmp_path / "yarn-base").mkdir()  # the model there, the parquet copy of the corpus not
     with pytest.raises(LongctxError, match="`longctx data` builds it"):
         harness.size_params(harness.notebooks()["02_yarn"], "rehearsal")
+
+
+def test_a_sixth_pass_of_hostile_inputs_is_refused_plainly(tmp_path, monkeypatch, capsys):
+    """What a sixth fuzzing pass found told late or wrongly: a line break in --out, a model folder without its
+    config, a config that is a JSON list or absurdly wide, more CP ranks than tokens, a data folder that is a file."""
+    import json
+
+    from longctx.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "list.json").write_text("[1, 2]")
+    wide = {"model_type": "qwen3", "hidden_size": 2**20, "intermediate_size": 2**22, "num_attention_heads": 8}
+    (tmp_path / "wide.json").write_text(json.dumps(wide))
+    (tmp_path / "afile").write_text("mine")
+    cases = [
+        (["run", "00", "--size", "ci", "--out", str(tmp_path / "new\nline")], "holds '\\\\n': a line break"),
+        (["estimate", "--model", str(tmp_path / "empty"), "--seq-len", "1k"], "has no config.json"),
+        (["estimate", "--model", str(tmp_path / "list.json"), "--seq-len", "1k"], "holds a JSON list, not an object"),
+        (["estimate", "--model", str(tmp_path / "wide.json"), "--seq-len", "1k"], "hidden_size is 1,048,576, over"),
+        (["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "use at most 524,288 ranks"),
+    ]
+    for argv, fragment in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and re.search(fragment, err), (argv, err)
+    assert not (tmp_path / "new\nline").exists()
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "afile"))
+    assert main(["data", "--verify"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "mine"

@@ -75,6 +75,14 @@ def test_a_length_no_step_on_this_machine_could_hold_is_refused_before_a_kernel_
     with pytest.raises(LongctxError, match="and the logits"):
         harness.check_parameters(harness.resolve("01"), {"SEQ_LEN": 2**18}, "cpu")
     rules.check("00_memory_primer", {"MODEL": "small", "SEQ_LEN": 10**9, "BATCH": 8}, on_cpu=False)  # a GPU's own
+    # every length a lesson measures with a real step, not only SEQ_LEN: a list's lengths and 01's estimator check
+    for name, params in (("01", {"CPU_LENGTHS": [128, 4096000]}), ("03", {"CPU_LENGTHS": [10**9]})):
+        with pytest.raises(LongctxError, match=rf"{next(iter(params))}=.*needs at least [\d.]+ GiB.*lower it"):
+            harness.check_parameters(harness.resolve(name), params, "cpu")
+    # near the memory and too long to estimate in seconds (4M tokens: a real step needs more than this machine has)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=23 * 2**30))
+    with pytest.raises(LongctxError, match=r"CHECK_LEN=4194304 is too long a CPU step to clear.*at most 262,144 tokens"):
+        harness.check_parameters(harness.resolve("01"), {"CHECK_LEN": 2**22}, "cpu")
     # near the machine's memory the config's floor is not enough: the step's estimate decides
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=0.08 * 2**30))
     with pytest.raises(LongctxError, match=r"needs about [\d.]+ GiB \(estimate\) for one training step of deep"):

@@ -79,8 +79,9 @@ def _cmd_data(args) -> None:
     if args.verify:
         named = os.environ.get("LONGCTX_DATA")
         if named and not user_path(named, "LONGCTX_DATA").is_dir():  # verifying creates nothing
+            what = "is a file, not a folder" if user_path(named, "LONGCTX_DATA").exists() else "does not exist"
             raise LongctxError(
-                f"LONGCTX_DATA={named} does not exist: there is nothing to verify. Build the data there "
+                f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data in a folder there "
                 "with `longctx data`, or unset LONGCTX_DATA to verify the repository's data/."
             )
         problems = data.verify()

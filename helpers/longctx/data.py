@@ -178,9 +178,9 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
         problems = _corpus_problems(corpus)
         if problems:
             raise LongctxError(
-                f"data/corpus does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
+                f"{corpus} does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
                 "Run `longctx data --force` to unpack the books again (it replaces only the books it "
-                "unpacked; move any file of your own out of data/corpus yourself)."
+                f"unpacked; move any file of your own out of {corpus} yourself)."
             )
         return corpus
     cache = data_dir() / "downloads"

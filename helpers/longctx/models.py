@@ -249,6 +249,23 @@ def config(spec: str, **overrides):
             f"No model config at {spec}: give an existing config.json or model folder, a preset "
             f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'."
         )
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise LongctxError(
+            f"The model folder {spec} has no config.json: give the folder a model was saved into (save_pretrained "
+            "writes config.json beside the weights), the config.json itself, a preset or a hub id."
+        )
+    if path.is_file() and path.suffix == ".json":
+        try:
+            import json
+
+            loaded = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            loaded = {}  # transformers' own reading names what is wrong with it
+        if not isinstance(loaded, dict):
+            raise LongctxError(
+                f"{spec} holds a JSON {type(loaded).__name__}, not an object: a model's config.json is one object of "
+                'settings ({"model_type": ..., "hidden_size": ...}).'
+            )
     if path.exists() or HUB_ID.match(spec):
         source = str(path.parent) if path.name == "config.json" else str(path) if path.exists() else spec
         try:

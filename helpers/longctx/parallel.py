@@ -69,6 +69,11 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
                 "is_causal=True, so packed documents would attend across their boundaries. Set "
                 "packing=False (one sequence per row), or cp_size=1."
             )
+        if 2 * cp_size > seq_len:
+            raise LongctxError(
+                f"cp_size={cp_size} cuts the sequence into {2 * cp_size:,} chunks, more than its {seq_len:,} tokens: "
+                f"use at most {seq_len // 2:,} ranks (fewer GPUs) or a longer sequence."
+            )
         if seq_len % (2 * cp_size):
             raise LongctxError(
                 f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "

@@ -28,12 +28,17 @@ def user_path(text, what: str = "The path", *, resolve: bool = False, room: int 
     """A path or name as the user typed it, `~` expanded (and with `resolve`, made absolute through its
     links), refused with the fix when it cannot name a file here: no such user for `~name`, a name over the
     file system's 255 bytes (less `room`, for the suffix a temporary sibling adds), a path over 4095, a loop
-    of symbolic links."""
+    of symbolic links, a control character (a line break pasted into a name)."""
     from .errors import LongctxError
 
     text = os.fspath(text)
     if not text.strip():
         raise LongctxError(f"{what} is empty: name a folder or a file.")
+    if control := sorted({c for c in text if ord(c) < 32 or ord(c) == 127}):
+        raise LongctxError(
+            f"{what} {text!r} holds {', '.join(map(repr, control))}: a line break or other control character, "
+            "most often pasted by mistake; type the name without it."
+        )
     try:
         path = Path(text).expanduser()
     except RuntimeError:  # ~name of a user this machine does not have

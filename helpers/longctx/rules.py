@@ -97,7 +97,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
             other = params.get(arg)
             return None if not (_number(value) and _number(other)) or value <= other else f"must be at most {arg} ({other})"
         if kind == "each":
-            bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params))]
+            bad = [(v, why) for v in (value if isinstance(value, list) else []) if (why := _fails(arg, v, params, on_cpu))]
             return f"has {bad[0][0]!r}, which {bad[0][1]}" if bad else None
         if kind == "optional":  # null allowed (the notebook's default), any other value follows the rule
             return None if value is None else _fails(arg, value, params, on_cpu)
@@ -131,28 +131,36 @@ def _step_gib(model: str, dtype: str, seq_len: int, batch: int, loss: str, check
 
 def _step_floor_gib(model: str, dtype: str, tokens: int, loss: str, checkpointing: bool) -> float:
     """Less than any training step of `tokens` needs, from the config alone: each layer's saved (tokens × hidden)
-    input, without checkpointing also its MLP's (tokens × intermediate) activation, and with the plain loss the
-    (tokens × vocabulary) logits."""
+    input, without checkpointing also its MLP's (tokens × intermediate) activation (with it, the one layer being
+    computed still makes one), and with the plain loss the (tokens × vocabulary) logits."""
     from .memory.profile import GIB
     from .models import config, torch_dtype
 
     text = config(model).get_text_config()
     inter = getattr(text, "intermediate_size", 0)
-    per_layer = text.hidden_size + (inter if isinstance(inter, int) and not checkpointing else 0)
-    per_token = text.num_hidden_layers * per_layer + (text.vocab_size if loss == "plain" else 0)
+    inter = inter if isinstance(inter, int) else 0
+    per_layer = text.hidden_size + (0 if checkpointing else inter)
+    per_token = text.num_hidden_layers * per_layer + (inter if checkpointing else 0) + (text.vocab_size if loss == "plain" else 0)
     return tokens * per_token * torch_dtype(dtype).itemsize / GIB
+
+
+# Below an eighth of the free memory the config's floor clears a step at once (the largest ratio of a step's
+# estimate to its floor seen: 6.6, tiny-qwen-vocab at 16M tokens, chunked). Above it the step is estimated, as
+# far as an estimate takes seconds: its cost grows with the tokens (5 minutes at 16M).
+CLEAR_SHARE = 1 / 8
+ESTIMATE_TOKENS = 262_144
 
 
 def _step_too_big(seq_len, arg: dict, params: dict) -> str | None:
     """Why one training step of `seq_len` tokens would not fit this machine's free memory (None when it
     would, or when the model's config is not at hand without a download). The config's floor is instant; the
-    estimate (seconds) runs only when the floor comes within half of the free memory."""
+    estimate (seconds) runs only when the floor comes within CLEAR_SHARE of the free memory."""
     import psutil
 
     from .memory.profile import GIB
     from .models import PRESETS
 
-    model, dtype = params.get(arg["model"]), params.get(arg.get("dtype", ""), "fp32")
+    model, dtype = params.get(arg["model"]), params.get(arg.get("dtype", "fp32"), arg.get("dtype", "fp32"))
     if (
         not isinstance(seq_len, int)
         or isinstance(seq_len, bool)
@@ -165,11 +173,17 @@ def _step_too_big(seq_len, arg: dict, params: dict) -> str | None:
     loss, checkpointing = arg.get("loss", "chunked"), arg.get("checkpointing", True)
     free = psutil.virtual_memory().available / GIB
     floor = _step_floor_gib(model, dtype, seq_len * batch, loss, checkpointing)
-    if floor <= free / 2:
+    if floor <= free * CLEAR_SHARE:
         return None
     why = f"for one training step of {model} at batch {batch}, more than the {free:.1f} GiB this machine has free; lower it"
     if floor > free:
         return f"needs at least {floor:.1f} GiB (what each layer must keep{' and the logits' if loss == 'plain' else ''}) {why}"
+    if seq_len * batch > ESTIMATE_TOKENS:
+        return (
+            f"is too long a CPU step to clear before the run: one step of {model} at batch {batch} needs at least "
+            f"{floor:.1f} GiB, too close to the {free:.1f} GiB free to pass unchecked, and estimating it would take "
+            f"minutes; lower it to at most {ESTIMATE_TOKENS // batch:,} tokens, or run where more memory is free"
+        )
     try:
         need = _step_gib(model, dtype, seq_len, batch, loss, checkpointing)
     except LongctxError as exc:

@@ -25,6 +25,8 @@ from .profile import CATEGORIES, GIB, MemoryProfile
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 MAX_VOCAB = 2**21  # 8 × the largest vocabularies of released LMs (262,144); the fused head's tiles grow with it
 MAX_LAYERS = 1024
+# 8 × the widest released LMs (Llama-3.1-405B: hidden 16,384, MLP 53,248): a wider config is a typo, not a model
+MAX_HIDDEN, MAX_INTERMEDIATE = 2**17, 2**19
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, compat.gpu_dispatch) or the CPU's
@@ -71,12 +73,18 @@ def check_model(cfg) -> None:
     window = getattr(text, "sliding_window", None)
     if isinstance(window, int) and not isinstance(window, bool) and window < 0:
         raise LongctxError(f"The config's sliding_window is {window}; a window is a positive number of tokens, or null.")
-    for name, cap in (("vocab_size", MAX_VOCAB), ("num_hidden_layers", MAX_LAYERS)):
+    caps = (
+        ("vocab_size", MAX_VOCAB),
+        ("num_hidden_layers", MAX_LAYERS),
+        ("hidden_size", MAX_HIDDEN),
+        ("intermediate_size", MAX_INTERMEDIATE),
+    )
+    for name, cap in caps:
         value = getattr(text, name, None)
         if isinstance(value, int) and value > cap:
             raise LongctxError(
                 f"The config's {name} is {value:,}, over the {cap:,} the estimator takes: its trace "
-                "grows with it and would run for many minutes (released LMs stay far below)."
+                "grows with it and would run for many minutes (released LMs stay far below; fix config.json)."
             )
     heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
     if heads and kv and heads % kv:
