@@ -3,7 +3,8 @@
 The guide is the TRL documentation page "Training Beyond 1M Tokens"
 (huggingface.co/docs/trl/en/long_context_training); its numbers are peaks measured on 80 GB GPUs, in GB as
 the page prints them. Each row prints our estimate for both kernel sets and its ratio to the guide's number;
-the reach rows give the longest length (a multiple of 1,024) whose estimated peak fits 80 GiB.
+the reach rows give the longest length (a multiple of 1,024) whose estimated peak fits 80 GiB. The held-out row
+is a step whose peak is where the kernel sets differ (the loss head).
 
 Run: .venv/bin/python benchmarks/guide_cases.py   (about 10 minutes on 2 cores)
 """
@@ -28,6 +29,28 @@ CASES = [  # label, model, tokens, levers, the guide's peak (GB)
 REACH = [("reach, chunked", {}, guide.REACH_CHUNKED.value), ("reach, offload", {"offload": True}, guide.REACH_OFFLOAD.value)]
 
 
+def _llama_3_2_1b():
+    """Llama-3.2-1B's shapes (its public config.json), built here: not a preset, and no download."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+    )
+
+
+# Where the two kernel sets part: a peak at the loss head (short sequence, large vocabulary: the CPU's fp32 tile
+# temporaries); no guide number, the CPU's step beside the GPU's
+HELD_OUT = [("Llama-3.2-1B shapes, 8k (head)", _llama_3_2_1b, 8192)]
+
+
 def main() -> None:
     print(f"{'case':38s} {'guide':>7s} {'cuda':>8s} {'ratio':>6s} {'cpu':>8s} {'ratio':>6s}  seconds")
     for label, model, n, levers, reported in CASES:
@@ -44,6 +67,15 @@ def main() -> None:
         print(
             f"{label:38s} {reported:7,d} {gpu:8,d} {gpu / reported:6.3f} {cpu:8,d} {cpu / reported:6.3f}  "
             f"{time.perf_counter() - start:.0f}",
+            flush=True,
+        )
+
+    print(f"\n{'held out':38s} {'':7s} {'cuda':>8s} {'phase':>9s} {'cpu':>8s} {'phase':>9s}  cuda/cpu")
+    for label, model, n in HELD_OUT:
+        gpu, cpu = (estimate(model(), n, device=d) for d in ("cuda", "cpu"))
+        print(
+            f"{label:38s} {'':7s} {gpu.peak_gib:8.2f} {gpu.peak_phase:>9s} {cpu.peak_gib:8.2f} {cpu.peak_phase:>9s}  "
+            f"{gpu.peak_gib / cpu.peak_gib:.3f}",
             flush=True,
         )
 
