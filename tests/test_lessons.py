@@ -67,3 +67,28 @@ def _lever_table(text):
 def test_the_readme_cheat_sheet_is_the_table_lesson_06_ends_on():
     readme = _lever_table((REPO / "README.md").read_text())
     assert len(readme) == 6 and readme == _lever_table(_markdown(NOTEBOOKS[-1]))
+
+
+TEMPLATE = REPO / "notebooks" / "templates" / "lesson.ipynb"
+
+
+@pytest.mark.slow
+def test_the_lesson_template_has_every_section_a_lesson_needs_and_runs(tmp_path, monkeypatch):
+    """notebooks/templates/lesson.ipynb, where README's "Adding a lesson" starts: the sections the tests above ask
+    of every lesson, committed clean, and it runs as it stands (its session writes results.json)."""
+    import json
+
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(TEMPLATE, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c for c in code if "parameters" in c.metadata.get("tags", [])] == [code[0]]
+    assert re.search(r"^#+ .*In your own script", text, re.M) and any("recipe.show(" in c.source for c in code)
+    assert re.search(r"^## .*Look inside", text, re.M)
+    assert text.split("## Exercises", 1)[1].count("<details><summary>Answer</summary>") >= 2
+    assert re.search(r"^## Recap", text, re.M) and code[-1].source == "session.save()"
+    assert not any(c.outputs or c.execution_count for c in code)
+    monkeypatch.setenv("LONGCTX_OUT", str(tmp_path))
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert json.loads((tmp_path / "results.json").read_text())["results"]["after_over_before"] == 0.5
