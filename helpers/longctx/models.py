@@ -7,6 +7,7 @@ or a hub id (real weights, for users with the network).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,8 +257,6 @@ def config(spec: str, **overrides):
         )
     if path.is_file() and path.suffix == ".json":
         try:
-            import json
-
             loaded = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError):
             loaded = {}  # transformers' own reading names what is wrong with it
