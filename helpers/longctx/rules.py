@@ -144,9 +144,9 @@ def _step_floor_gib(model: str, dtype: str, tokens: int, loss: str, checkpointin
     return tokens * per_token * torch_dtype(dtype).itemsize / GIB
 
 
-# Below an eighth of the free memory the config's floor clears a step at once (the largest ratio of a step's
-# estimate to its floor seen: 6.6, tiny-qwen-vocab at 16M tokens, chunked). Above it the step is estimated, as
-# far as an estimate takes seconds: its cost grows with the tokens (5 minutes at 16M).
+# Below an eighth of the free memory the config's floor clears a step at once: where a floor reaches gigabytes, a
+# step's estimate was 6.6 times it (tiny and tiny-qwen-vocab, chunked, at 2M and 16M tokens). Above it the step is
+# estimated, as far as an estimate takes seconds: its cost grows with the tokens (45 s at 2M, 5 minutes at 16M).
 CLEAR_SHARE = 1 / 8
 ESTIMATE_TOKENS = 262_144
 
