@@ -13,6 +13,7 @@ import time
 
 from longctx import guide
 from longctx.memory.estimate import estimate, reach
+from longctx.models import LLAMA_3_2_1B
 
 CASES = [  # label, model, tokens, levers, the guide's peak (GB)
     ("Qwen3-4B 96k, chunked + ckpt", "qwen3-4b", 98304, {}, guide.QWEN3_4B_96K.value),
@@ -30,20 +31,9 @@ REACH = [("reach, chunked", {}, guide.REACH_CHUNKED.value), ("reach, offload", {
 
 
 def _llama_3_2_1b():
-    """Llama-3.2-1B's shapes (its public config.json), built here: not a preset, and no download."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        vocab_size=128256,
-        tie_word_embeddings=True,
-        max_position_embeddings=131072,
-    )
+    return LlamaConfig(**LLAMA_3_2_1B)
 
 
 # Where the two kernel sets part: a peak at the loss head (short sequence, large vocabulary: the CPU's fp32 tile

@@ -255,17 +255,9 @@ def test_a_held_out_family_on_the_gpu_path_matches_a_formula_written_from_its_co
     """Llama-3.2-1B's shapes (not a preset): the CUDA-path estimate within 3% of the hand count at two lengths."""
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        vocab_size=128256,
-        tie_word_embeddings=True,
-        max_position_embeddings=131072,
-    )
+    from longctx.models import LLAMA_3_2_1B
+
+    cfg = LlamaConfig(**LLAMA_3_2_1B)
     for s in (32768, 65536):
         p = estimate(cfg, s)
         assert p.meta["device"] == "cuda" and p.peak_phase == "backward"

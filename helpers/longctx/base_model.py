@@ -61,7 +61,7 @@ def pretrain(
     from . import data, models, outputs
     from .train import TrainConfig, run_sft
 
-    _check_pretrain_args(
+    params = dict(
         preset=preset,
         rope_theta=rope_theta,
         seq_len=seq_len,
@@ -71,6 +71,7 @@ def pretrain(
         warmup_steps=warmup_steps,
         seed=seed,
     )
+    _check_pretrain_args(**params)
     model_files = {
         "config.json",
         "generation_config.json",
@@ -86,16 +87,6 @@ def pretrain(
             "folder of its own, e.g. --out data/my-base."
         )
     out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
-    params = dict(
-        preset=preset,
-        rope_theta=rope_theta,
-        seq_len=seq_len,
-        steps=steps,
-        batch=batch,
-        learning_rate=learning_rate,
-        warmup_steps=warmup_steps,
-        seed=seed,
-    )
     rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
     model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
     dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
