@@ -234,3 +234,27 @@ def test_what_the_lessons_say_about_the_installed_libraries_still_holds():
     assert "non_blocking" in source and "Stream" not in source
     assert "activation_offloading" in {f.name for f in dataclasses.fields(SFTConfig)}
     assert "self.s1 = self.device_module.Stream()" in inspect.getsource(OffloadActivations.__init__)
+
+
+def test_no_out_dtype_addmm_reaches_the_dispatcher_in_an_estimate():
+    """torch 2.11 registers no fake kernel for `aten::addmm.dtype_out` (2.13 decomposes it): the GPU path's
+    fp32 accumulation must allocate nothing and call nothing on fake tensors, as the CUDA kernel it stands
+    for writes in place."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from longctx.memory.estimate import estimate
+
+    class Ops(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append((func, dict(kwargs or {})))
+            return func(*args, **(kwargs or {}))
+
+    ops = Ops()
+    with ops:
+        profile = estimate("tiny", 1024, loss="chunked", dtype="bf16", device="cuda")
+    assert profile.peak_bytes > 0
+    names = {str(func) for func, _ in ops.seen}
+    assert any("mm" in n for n in names), "the recorder saw no matrix product: it did not watch the step"
+    assert not [f for f, kw in ops.seen if "out_dtype" in kw or "dtype_out" in str(f)]

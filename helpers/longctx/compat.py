@@ -231,9 +231,10 @@ def gpu_dispatch(*, attention: bool = True):
     from .memory import gpu_kernels
 
     def addmm_fp32(acc, a, b):
-        if a.dtype in (torch.float16, torch.bfloat16):
-            torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
-        else:
+        # CUDA's `addmm(..., out_dtype=float32, out=acc)` accumulates in place and allocates nothing, so on
+        # fake tensors there is nothing to record; calling it would also fail on torch 2.11, which has no
+        # fake kernel for `aten::addmm.dtype_out` (2.13 decomposes it).
+        if a.dtype not in (torch.float16, torch.bfloat16):
             acc.addmm_(a.float(), b.float())
 
     swaps = [
