@@ -1,18 +1,25 @@
-"""The GPU validation command: on one card (an 80 GB H100/A100 or a 141 GB H200), in about 9 minutes,
+"""The GPU validation command, in two phases, each sized for one command of a borrowed GPU machine (at most
+10 minutes a command; the lease is 15 minutes in all, its start and transfers included):
 
-  (a) one real training step measured twice, by the tracker (MemTracker) and by the CUDA caching
-      allocator (`max_memory_allocated`), and their ratio;
-  (b) `longctx estimate` against the allocator's peak for Qwen3-0.6B and Qwen3-4B (where the estimate
-      fits the card) at two lengths each, chunked and plain loss, with and without activation offload;
-  (c) a memory snapshot (`torch.cuda.memory._snapshot`, for pytorch.org/memory_viz) written and loaded back;
-  (d) notebooks 00, 01 and 03 at their `gpu` size, on a full-shape Qwen3-0.6B with random weights saved
-      here in hub format (no hub needed: random values measure memory as well as trained ones).
+  measure     (a) one real training step measured twice, by the tracker (MemTracker) and by the CUDA caching
+              allocator (`max_memory_allocated`); (c) a memory snapshot of that step (python stacks only, so no
+              C++ symbolisation), loaded back; (b) `longctx estimate` against the allocator's peak for
+              Qwen3-0.6B and Qwen3-4B at two lengths each, chunked and plain loss, with and without offload
+              (a case whose estimate passes 95% of the card is skipped, not run into OOM).
+  notebooks   (d) notebooks 00, 01 and 03 at their `gpu` size, trimmed to fit, on a full-shape Qwen3-0.6B with
+              random weights saved here in hub format (random values measure memory as well as trained ones).
+  dry-run     any machine, no GPU: every step built on fake tensors at 1,024 tokens, every input checked.
 
-It writes gpu_check.json and gpu_check.md into --out (default build/gpu_check/). An out-of-memory step
-is a recorded result. The fake-tensor estimates run in CPU processes while the GPU measures.
+Each phase has a budget in seconds (--budget): a case that would start with too little of it left is
+recorded as skipped. gpu_check.json and gpu_check.md are rewritten in --out (default build/gpu_check/)
+after every case, so a run stopped at its limit keeps what it measured; any exception is recorded with its
+case and the next case runs. With --report-to (default: $OUT where it is set) only the report files — the
+two reports and each notebook's results.json, at most 8 files — are copied there; the model, the snapshot
+and the executed notebooks stay under --out.
 
-    python benchmarks/gpu_check.py [--out DIR] [--skip-notebooks]
-    python benchmarks/gpu_check.py --dry-run      # any machine, no GPU: builds every step, checks every input
+    python benchmarks/gpu_check.py measure   [--budget 330] [--out DIR] [--report-to DIR]
+    python benchmarks/gpu_check.py notebooks [--budget 450] [--out DIR] [--report-to DIR]
+    python benchmarks/gpu_check.py dry-run   [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import gc
 import json
 import os
 import pickle
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -29,14 +38,13 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from longctx import LongctxError, data, harness, models, versions
 from longctx.memory.estimate import DEFAULT_DTYPE, DTYPES, build_step, check_levers, estimate
 from longctx.memory.profile import GIB
+from longctx.outputs import atomic
 from longctx.paths import build_dir
 
-# (model, tokens, loss, offload): every real step and its estimate
+# (model, tokens, loss, offload): every real step and its estimate, in the order they run (short ones first)
 CASES = [
     (model, n, loss, off)
     for model, lengths in (("qwen3-0.6b", (8192, 32768)), ("qwen3-4b", (32768, 98304)))
@@ -50,6 +58,41 @@ NOTEBOOKS = {  # (d): the gpu size with the model built here; estimate-only knob
     "03_activation_offload": {"CPU_LENGTHS": [8192, 32768], "FULL_LENGTHS": [32768, 98304], "FIND_REACH": False},
 }
 HEADROOM = 0.95  # a case whose estimate passes this share of the card is skipped, not run into OOM
+BUDGETS = {"measure": 330, "notebooks": 450, "dry-run": 600}  # seconds; each phase well under a 10-minute command
+MIN_LEFT = {"measure": 25, "notebooks": 60}  # a case does not start with less of the budget left
+NOTEBOOK_CAP = 170  # seconds one notebook may take before it is stopped and recorded as timed out
+REPORT = ("gpu_check.json", "gpu_check.md")
+
+
+class Report:
+    """The report of one phase, merged into gpu_check.json beside the other phase's, rewritten whole after
+    every case and copied (with the notebooks' results) to `report_to`."""
+
+    def __init__(self, out: Path, phase: str, report_to: Path | None, command: str) -> None:
+        self.out, self.phase, self.report_to = out, phase, report_to
+        path = out / REPORT[0]
+        try:
+            self.data = json.loads(path.read_text()) if path.exists() else {}
+        except ValueError:
+            self.data = {}
+        self.data.update(versions=versions(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        self.section = self.data[phase] = {"command": command, "finished": False}
+        self.start = time.perf_counter()
+
+    def save(self) -> None:
+        self.section["seconds"] = round(time.perf_counter() - self.start, 1)
+        with atomic(self.out / REPORT[0]) as tmp:
+            tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        with atomic(self.out / REPORT[1]) as tmp:
+            tmp.write_text(markdown(self.data))
+        if self.report_to:
+            self.report_to.mkdir(parents=True, exist_ok=True)
+            files = [self.out / name for name in REPORT]
+            files += [self.out / nb / "results.json" for nb in NOTEBOOKS if (self.out / nb / "results.json").exists()]
+            for f in files:
+                name = f.name if f.parent == self.out else f"{f.parent.name}.results.json"
+                with atomic(self.report_to / name) as tmp:
+                    shutil.copyfile(f, tmp)
 
 
 def _estimate_peak(case) -> float:
@@ -87,6 +130,10 @@ def real_step(case, snapshot: Path | None = None) -> dict:
         torch.cuda.empty_cache()
 
 
+def _error(exc: BaseException) -> dict:
+    return {"error": f"{type(exc).__name__}: {exc}"[:2000], "where": traceback.format_exc(limit=-3)[-2000:]}
+
+
 def local_model(out: Path, *, build_weights: bool) -> Path:
     """Qwen3-0.6B at full shape with random weights, saved in hub format with the corpus tokenizer (its
     4,096 ids are valid rows of the 151,936-row embedding), for the notebooks' MODEL."""
@@ -99,13 +146,37 @@ def local_model(out: Path, *, build_weights: bool) -> Path:
     return folder
 
 
+def image_versions() -> dict:
+    """The versions of the packages gpu_wheels.py left to the machine's image (.whl/manifest.json), and any
+    that does not meet what the carried wheels require of it."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    manifest = Path(__file__).resolve().parents[1] / ".whl" / "manifest.json"
+    if not manifest.exists():
+        return {}
+    found, unmet = {}, []
+    for name, entry in json.loads(manifest.read_text())["from_image"].items():
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+        wanted = SpecifierSet(",".join(entry["requirements"]))
+        if found[name] is None or not wanted.contains(found[name], prereleases=True):
+            unmet.append(f"{name} {found[name]} (wanted {wanted or 'any'})")
+    if unmet:
+        print("gpu_check: the image lacks what the carried wheels need: " + "; ".join(unmet), file=sys.stderr)
+    return {"versions": found, "unmet": unmet}
+
+
 def check_inputs(out: Path) -> dict:
-    """What a dry run checks: every case's levers, every notebook's parameters at the gpu size with the
-    local model, the model folder's config and tokenizer loading back the way the notebooks load them."""
+    """Every case's levers, every notebook's parameters at the gpu size with the local model, the model
+    folder's config and tokenizer loading back the way the notebooks load them."""
     from transformers import AutoConfig
 
     folder = local_model(out, build_weights=False)
-    assert AutoConfig.from_pretrained(folder).num_hidden_layers == 28
+    assert AutoConfig.from_pretrained(folder, trust_remote_code=False).num_hidden_layers == 28
     assert data.tokenizer_for(str(folder)).eos_token_id is not None
     for model, n, loss, off in CASES:
         check_levers(models.config(model), n, loss=loss, checkpointing=True, offload=off, dtype=DEFAULT_DTYPE, batch=1)
@@ -115,80 +186,109 @@ def check_inputs(out: Path) -> dict:
         harness.check_parameters(
             path, {**harness.size_params(path, "gpu"), **overrides, "MODEL": str(folder)}, "gpu", weights=False
         )
-    return {"model_folder": str(folder), "cases": len(CASES), "notebooks": list(NOTEBOOKS)}
+    return {"model_folder": str(folder), "cases": len(CASES), "notebooks": list(NOTEBOOKS), "image": image_versions()}
 
 
-def dry_run(out: Path) -> dict:
+def dry_run(report: Report) -> None:
     """Every step the GPU run would take, built and run on fake tensors at a short length (no GPU, no
     memory), and every input checked."""
-    report = {"checked": check_inputs(out), "built": []}
-    for model, _, loss, off in tqdm(sorted({(m, 0, lo, o) for m, _, lo, o in CASES}), desc="dry run: steps"):
+    report.section["built"] = built = []
+    for model, loss, off in sorted({(m, lo, o) for m, _, lo, o in CASES}):
         peak = estimate(model, 1024, loss=loss, offload=off).peak_gib
-        report["built"].append({"model": model, "loss": loss, "offload": off, "fake_peak_gib_at_1024": peak})
-    return report
+        built.append({"model": model, "loss": loss, "offload": off, "fake_peak_gib_at_1024": peak})
+        report.save()
 
 
-def run(out: Path, skip_notebooks: bool) -> dict:
+def _left(report: Report, budget: float) -> float:
+    return budget - (time.perf_counter() - report.start)
+
+
+def measure(report: Report, budget: float) -> None:
     import torch
 
-    if not torch.cuda.is_available():
-        raise LongctxError("gpu_check needs a CUDA GPU; on this machine run it with --dry-run.")
     capacity = torch.cuda.get_device_properties(0).total_memory / GIB
-    report = {"gpu": torch.cuda.get_device_name(), "capacity_gib": capacity, "checked": check_inputs(out)}
-    workers = max(1, min(8, (os.cpu_count() or 2) - 2))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:  # CPU estimates beside GPU work
-        futures = {case: pool.submit(_estimate_peak, case) for case in CASES}
-        snap = out / "memory_snapshot.pickle"
-        tracker = real_step(TRACKER_CASE, snapshot=snap)  # (a) and (c)
-        loaded = pickle.loads(snap.read_bytes())
-        report["tracker_vs_allocator"] = {"case": TRACKER_CASE, **tracker}
-        report["snapshot"] = {
-            "path": str(snap),
-            "bytes": snap.stat().st_size,
-            "segments": len(loaded.get("segments", [])),
-            "loads": bool(loaded.get("segments")),
-        }
-        rows = []
-        for case in tqdm(CASES, desc="real steps"):  # (b)
-            start = time.perf_counter()
-            estimated = futures[case].result()
-            row = {"model": case[0], "seq_len": case[1], "loss": case[2], "offload": case[3], "estimated_peak_gib": estimated}
-            if estimated > HEADROOM * capacity:
-                row["skipped"] = f"estimate {estimated:.1f} GiB is over {HEADROOM:.0%} of the card's {capacity:.1f} GiB"
-            else:
-                row.update(real_step(case))
-                if "allocator_peak_gib" in row:
-                    row["estimate_over_allocator"] = estimated / row["allocator_peak_gib"]
-            row["seconds"] = time.perf_counter() - start
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-        report["estimates"] = rows
-    report["notebooks"] = {} if skip_notebooks else run_notebooks(out)
-    return report
-
-
-def run_notebooks(out: Path) -> dict:
-    """(d): 00, 01, 03 at the gpu size on the local full-shape model; a failure is recorded with its error."""
+    sec = report.section
+    sec.update(gpu=torch.cuda.get_device_name(), capacity_gib=capacity, estimates=[])
+    report.data["gpu"] = sec["gpu"]
+    workers = max(1, min(len(CASES), (os.cpu_count() or 2) - 2))
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))  # CPU estimates beside the GPU's work
+    futures = {case: pool.submit(_estimate_peak, case) for case in CASES}
     try:
-        import papermill  # noqa: F401
-    except ImportError:
-        return {"skipped": "papermill is not installed here (carry the wheels listed in gpu_check.sh)"}
-    folder = local_model(out, build_weights=True)
-    results = {}
-    for nb, overrides in NOTEBOOKS.items():
-        start = time.perf_counter()
+        snap = report.out / "memory_snapshot.pickle"
         try:
-            r = harness.run(nb, "gpu", {**overrides, "MODEL": str(folder)}, out=out / nb, progress=False)
-            res = r.results["results"]
-            results[nb] = {"status": "ok", "seconds": r.seconds, **{k: res.get(k) for k in KEY_RESULTS[nb]}}
-        except Exception as exc:  # recorded, the next notebook still runs
-            results[nb] = {
-                "status": "error",
-                "error": f"{type(exc).__name__}: {exc}"[:2000],
-                "seconds": time.perf_counter() - start,
+            tracker = real_step(TRACKER_CASE, snapshot=snap)  # (a) and (c)
+            loaded = pickle.loads(snap.read_bytes())
+            sec["snapshot"] = {
+                "path": str(snap),
+                "bytes": snap.stat().st_size,
+                "segments": len(loaded.get("segments", [])),
+                "loads": bool(loaded.get("segments")),
             }
-        print(nb, json.dumps(results[nb]), flush=True)
-    return results
+        except Exception as exc:  # recorded; (b) still runs
+            tracker = _error(exc)
+        sec["tracker_vs_allocator"] = {"case": TRACKER_CASE, **tracker}
+        report.save()
+        for case in CASES:  # (b)
+            row = {"model": case[0], "seq_len": case[1], "loss": case[2], "offload": case[3]}
+            start = time.perf_counter()
+            try:
+                if _left(report, budget) < MIN_LEFT["measure"]:
+                    row["skipped"] = f"budget: {_left(report, budget):.0f} s of {budget:.0f} left"
+                else:
+                    row["estimated_peak_gib"] = estimated = futures[case].result(timeout=max(1, _left(report, budget)))
+                    if estimated > HEADROOM * capacity:
+                        row["skipped"] = f"estimate {estimated:.1f} GiB is over {HEADROOM:.0%} of the card's {capacity:.1f} GiB"
+                    else:
+                        row.update(real_step(case))
+                        if "allocator_peak_gib" in row:
+                            row["estimate_over_allocator"] = estimated / row["allocator_peak_gib"]
+            except Exception as exc:  # a Triton compile error, an estimate that failed: recorded, the next case runs
+                row.update(_error(exc))
+            row["seconds"] = round(time.perf_counter() - start, 1)
+            print(json.dumps({k: v for k, v in row.items() if k != "where"}), flush=True)
+            sec["estimates"].append(row)
+            report.save()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(getattr(pool, "_processes", {}).values()):  # an estimate still running is not waited for
+            proc.kill()
+
+
+def notebooks(report: Report, budget: float) -> None:
+    """(d): 00, 01, 03 at the gpu size on the local full-shape model, each through `longctx run` in its own
+    process group with a time cap; a failure or a time-out is recorded and the next notebook runs."""
+    sec = report.section
+    sec["notebooks"] = results = {}
+    folder = local_model(report.out, build_weights=True)
+    report.save()
+    for nb, overrides in NOTEBOOKS.items():
+        left = _left(report, budget)
+        if left < MIN_LEFT["notebooks"]:
+            results[nb] = {"status": "skipped", "reason": f"budget: {left:.0f} s of {budget:.0f} left"}
+            report.save()
+            continue
+        params = [f"{k}={json.dumps(v)}" for k, v in {**overrides, "MODEL": str(folder)}.items()]
+        command = [sys.executable, "-m", "longctx", "run", nb, "--size", "gpu", "--quiet", "--out", str(report.out / nb)]
+        command += [arg for p in params for arg in ("-p", p)]
+        start = time.perf_counter()
+        cap = min(NOTEBOOK_CAP, left - 10)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=cap)
+            status = "ok" if proc.returncode == 0 else "error"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            output, _ = proc.communicate()
+            status = f"timed out after {cap:.0f} s"
+        row = results[nb] = {"status": status, "seconds": round(time.perf_counter() - start, 1)}
+        if status != "ok":
+            row["output"] = output[-2000:]
+        res = report.out / nb / "results.json"
+        if status == "ok" and res.exists():
+            quoted = json.loads(res.read_text()).get("results", {})
+            row.update({k: quoted.get(k) for k in KEY_RESULTS[nb]})
+        print(nb, json.dumps({k: v for k, v in row.items() if k != "output"}), flush=True)
+        report.save()
 
 
 KEY_RESULTS = {  # what the report quotes from each notebook's results.json
@@ -220,85 +320,106 @@ KEY_RESULTS = {  # what the report quotes from each notebook's results.json
 }
 
 
+def _gib(row: dict, key: str) -> str:
+    return f"{row[key]:.2f}" if isinstance(row.get(key), (int, float)) else "—"
+
+
 def markdown(report: dict) -> str:
     v = report["versions"]
     lines = [
-        f"# GPU check — {report.get('gpu', 'dry run')}",
+        f"# GPU check — {report.get('gpu', 'no GPU')}",
         "",
-        f"{report['date']}; torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, "
-        f"accelerate {v['accelerate']}; {report['seconds']:.0f} s. Command: `{report['command']}`",
+        f"{report['date']}; torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, accelerate {v['accelerate']}.",
         "",
     ]
-    if report.get("dry_run"):
-        lines += [
-            "Dry run (no GPU): every step built on fake tensors at 1,024 tokens, every input checked.",
-            "",
-            "| model | loss | offload | fake peak at 1,024 tokens (GiB) |",
-            "| --- | --- | --- | --- |",
-        ]
-        lines += [f"| {b['model']} | {b['loss']} | {b['offload']} | {b['fake_peak_gib_at_1024']:.2f} |" for b in report["built"]]
-        return "\n".join(lines) + "\n"
-    t = report["tracker_vs_allocator"]
-    lines += [
-        f"**(a) tracker vs allocator** ({' '.join(map(str, t['case']))}): "
-        + (
-            f"tracker {t['tracker_peak_gib']:.2f} GiB, allocator {t['allocator_peak_gib']:.2f} GiB, "
-            f"ratio {t['tracker_over_allocator']:.3f}"
-            if "oom" not in t
-            else f"OOM: {t['oom']}"
-        ),
-        "",
-        f"**(c) memory snapshot**: {report['snapshot']['bytes']:,} bytes, {report['snapshot']['segments']} "
-        f"segments, loads: {report['snapshot']['loads']}",
-        "",
-        "**(b) estimate vs allocator**",
-        "",
-        "| model | tokens | loss | offload | estimate (GiB) | allocator (GiB) | estimate / allocator |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in report["estimates"]:
-        measured = f"{r['allocator_peak_gib']:.2f}" if "allocator_peak_gib" in r else "OOM" if "oom" in r else "skipped"
-        ratio = f"{r['estimate_over_allocator']:.3f}" if "estimate_over_allocator" in r else "—"
-        lines.append(
-            f"| {r['model']} | {r['seq_len']:,} | {r['loss']} | {r['offload']} | "
-            f"{r['estimated_peak_gib']:.2f} | {measured} | {ratio} |"
-        )
-    lines += ["", "**(d) notebooks at the gpu size** (full-shape random-weight Qwen3-0.6B)", ""]
-    for nb, r in report["notebooks"].items():
-        lines.append(f"- `{nb}`: {json.dumps(r)}")
-    return "\n".join(lines) + "\n"
+    for phase in ("dry-run", "measure", "notebooks"):
+        sec = report.get(phase)
+        if not sec:
+            continue
+        state = "finished" if sec.get("finished") else "NOT finished (stopped, or still running)"
+        lines += [f"## {phase} — {state}, {sec.get('seconds', 0):.0f} s", "", f"`{sec['command']}`", ""]
+        if sec.get("error"):
+            lines += [f"**phase error**: {sec['error']}", ""]
+        if phase == "dry-run" and "built" in sec:
+            lines += ["| model | loss | offload | fake peak at 1,024 tokens (GiB) |", "| --- | --- | --- | --- |"]
+            lines += [f"| {b['model']} | {b['loss']} | {b['offload']} | {b['fake_peak_gib_at_1024']:.2f} |" for b in sec["built"]]
+        if phase == "measure":
+            t = sec.get("tracker_vs_allocator", {})
+            if "allocator_peak_gib" in t:
+                verdict = (
+                    f"tracker {t['tracker_peak_gib']:.2f} GiB, allocator {t['allocator_peak_gib']:.2f} GiB, "
+                    f"ratio {t['tracker_over_allocator']:.3f}"
+                )
+            else:
+                verdict = t.get("oom") or t.get("error") or "not run"
+            snap = sec.get("snapshot", {})
+            lines += [
+                f"**(a) tracker vs allocator** ({' '.join(map(str, t.get('case', ())))}): {verdict}",
+                "",
+                f"**(c) memory snapshot**: {snap.get('bytes', 0):,} bytes, {snap.get('segments', 0)} segments, "
+                f"loads: {snap.get('loads', False)}",
+                "",
+                "**(b) estimate vs allocator**",
+                "",
+                "| model | tokens | loss | offload | estimate (GiB) | allocator (GiB) | estimate / allocator | note |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for r in sec.get("estimates", []):
+                ratio = f"{r['estimate_over_allocator']:.3f}" if "estimate_over_allocator" in r else "—"
+                note = r.get("skipped") or r.get("oom") or r.get("error") or ""
+                lines.append(
+                    f"| {r['model']} | {r['seq_len']:,} | {r['loss']} | {r['offload']} | {_gib(r, 'estimated_peak_gib')} | "
+                    f"{_gib(r, 'allocator_peak_gib')} | {ratio} | {note[:120]} |"
+                )
+        if phase == "notebooks":
+            lines += ["**(d) notebooks at the gpu size** (full-shape random-weight Qwen3-0.6B)", ""]
+            lines += [
+                f"- `{nb}`: {json.dumps({k: v for k, v in r.items() if k != 'output'})}"
+                for nb, r in sec.get("notebooks", {}).items()
+            ]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=None, help="folder for gpu_check.json / .md (default build/gpu_check/)")
-    ap.add_argument("--dry-run", action="store_true", help="no GPU: build every step on fake tensors, check inputs")
-    ap.add_argument("--skip-notebooks", action="store_true", help="leave out (d)")
+    ap.add_argument("phase", choices=sorted(BUDGETS), help="measure: (a)(b)(c); notebooks: (d); dry-run: no GPU")
+    ap.add_argument("--out", default=None, help="folder for the reports and everything heavy (default build/gpu_check/)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds this phase may take (default: see BUDGETS)")
+    ap.add_argument("--report-to", default=os.environ.get("OUT"), help="copy only the report files here (default $OUT)")
     args = ap.parse_args(argv)
-    out = Path(args.out or build_dir() / "gpu_check")
+    out = Path(args.out or build_dir() / "gpu_check").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
+    report_to = Path(args.report_to).resolve() if args.report_to else None
+    if report_to == out:
+        report_to = None
+    if args.phase != "dry-run":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu_check: error: this phase needs a CUDA GPU; on this machine run `gpu_check.py dry-run`.", file=sys.stderr)
+            return 2
+    given = argv if argv is not None else sys.argv[1:]
+    report = Report(out, args.phase, report_to, " ".join(["python benchmarks/gpu_check.py", *given]))
+    budget = args.budget or BUDGETS[args.phase]
     try:
-        report = dry_run(out) if args.dry_run else run(out, args.skip_notebooks)
+        report.section["checked"] = check_inputs(out)
+        report.save()
+        {"dry-run": dry_run, "measure": measure, "notebooks": notebooks}[args.phase](
+            *((report,) if args.phase == "dry-run" else (report, budget))
+        )
+        report.section["finished"] = True
     except LongctxError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)
         return 2
-    except Exception:
+    except Exception as exc:  # recorded in the report; what was measured before it stays
+        report.section.update(_error(exc))
         traceback.print_exc()
-        return 1
-    given = argv if argv is not None else sys.argv[1:]
-    report.update(
-        dry_run=args.dry_run,
-        versions=versions(),
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        seconds=time.perf_counter() - start,
-        command=" ".join(["python benchmarks/gpu_check.py", *given]),
-    )
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "gpu_check.md").write_text(markdown(report))
-    print(markdown(report))
-    print(f"→ {out / 'gpu_check.json'}, {out / 'gpu_check.md'}")
-    return 0
+    finally:
+        report.save()
+    print(markdown(report.data))
+    print(f"→ {out / REPORT[0]}, {out / REPORT[1]}" + (f" (copied to {report_to})" if report_to else ""))
+    return 0 if report.section["finished"] else 1
 
 
 if __name__ == "__main__":

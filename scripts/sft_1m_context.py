@@ -39,7 +39,6 @@ def train_config(seq_len: int, steps: int, out: str, processes: int, for_device:
 
 def main() -> None:
     from accelerate import PartialState
-    from transformers import AutoTokenizer
 
     from longctx import data, models, rope
     from longctx.lengths import parse_length
@@ -58,7 +57,7 @@ def main() -> None:
     state = PartialState()
     cfg = rope.with_yarn(models.config(args.model), args.trained_length, seq_len)
     model = models.load(args.model, config=cfg, dtype="bf16")
-    tok = AutoTokenizer.from_pretrained(args.model)
+    tok = data.tokenizer_for(args.model)
     with state.main_process_first():
         dataset = data.long_sequences(seq_len, args.steps, dataset=args.dataset, tokenizer=tok, seed=0)
     result = run_sft(model, dataset, train_config(seq_len, args.steps, args.out, state.num_processes), processing_class=tok)

@@ -1,4 +1,5 @@
 import re
+from pathlib import Path
 
 import pytest
 
@@ -123,7 +124,7 @@ def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
     forged.mkdir()
     (forged / ".longctx-run.json").write_text('["x"]')
     (forged / "results.json").write_text("precious")
-    with pytest.raises(LongctxError, match="not the marker longctx writes"):
+    with pytest.raises(LongctxError, match=r"did not write \(results.json\)"):
         outputs.claim_folder(forged, "run")
     assert (forged / "results.json").read_text() == "precious"
 
@@ -196,23 +197,50 @@ def test_values_parse_the_way_a_person_reads_them():
 
 
 @pytest.mark.slow
-def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_a_recorded_failure(tmp_path):
+@pytest.mark.parametrize(
+    "cell,oom_killer_acts,ename,fragment",
+    [
+        ("os.kill(os.getpid(), signal.SIGKILL)", True, harness.OOM_KILLED, "out-of-memory killer stopped the kernel"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", False, "DeadKernelError", "recorded no out-of-memory kill"),
+        ("os._exit(3)", False, "DeadKernelError", "recorded no out-of-memory kill"),
+    ],
+    ids=["oom-killed-is-memory", "killed-otherwise-is-not", "exited-is-not"],
+)
+def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_told_by_its_cause(
+    tmp_path, monkeypatch, cell, oom_killer_acts, ename, fragment
+):
+    import itertools
+
     import nbformat
+
+    from longctx import children
 
     original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
     params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
-    mine = nbformat.v4.new_notebook(
-        cells=[params, nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")]
-    )
+    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(f"import os, signal\n{cell}")])
     mine.metadata = original.metadata
     path = tmp_path / "copy" / "00_memory_primer.ipynb"
     path.parent.mkdir()
     nbformat.write(mine, path)
     assert harness.resolve(str(path)) == path.resolve()
-    with pytest.raises(harness.NotebookFailed, match="kernel died") as err:
+    # the OS's counter of out-of-memory kills, read before the run and after the death
+    counter = itertools.count(7) if oom_killer_acts else itertools.repeat(7)
+    monkeypatch.setattr(children, "oom_kills", lambda: next(counter))
+    with pytest.raises(harness.NotebookFailed, match=fragment) as err:
         harness.run(str(path), "ci", out=tmp_path / "out", progress=False)
-    assert err.value.ename == "DeadKernelError"
+    assert err.value.ename == ename
+    assert ("lower the lengths" in str(err.value)) == oom_killer_acts  # memory is blamed only on the OOM killer's word
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_the_oom_kill_counter_reads_what_linux_keeps():
+    from longctx import children
+
+    vmstat = Path("/proc/vmstat")
+    if not (vmstat.exists() and "oom_kill " in vmstat.read_text()):
+        pytest.skip("this kernel keeps no OOM-kill counter in /proc/vmstat")
+    machine = int(next(line.split()[1] for line in vmstat.read_text().splitlines() if line.startswith("oom_kill ")))
+    assert children.oom_kills() >= machine
 
 
 @pytest.mark.parametrize(

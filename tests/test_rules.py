@@ -87,3 +87,27 @@ def test_a_length_no_step_on_this_machine_could_hold_is_refused_before_a_kernel_
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=0.08 * 2**30))
     with pytest.raises(LongctxError, match=r"needs about [\d.]+ GiB \(estimate\) for one training step of deep"):
         harness.check_parameters(harness.resolve("03"), {}, "cpu")
+
+
+def test_every_whole_number_parameter_has_an_upper_bound():
+    from longctx import harness, rules
+
+    bounded = ("max", "at_most", "estimable", "seed", "fits_ram", "processes", "one_of")
+
+    def bounds(rule) -> bool:
+        if isinstance(rule, list):
+            return any(bounds(r) for r in rule)
+        if isinstance(rule, dict):
+            ((kind, arg),) = rule.items()
+            return kind in bounded or (kind == "each" and bounds(arg))
+        return rule in bounded
+
+    loose = [
+        f"{name}.{key}"
+        for name, path in harness.notebooks().items()
+        for key, default in harness.declared_parameters(path).items()
+        if (isinstance(default, int) and not isinstance(default, bool))
+        or (isinstance(default, list) and default and all(isinstance(v, int) for v in default))
+        if not bounds(rules.table().get(name, {}).get(key))
+    ]
+    assert loose == []

@@ -31,15 +31,19 @@ def test_the_site_has_every_lesson_its_run_and_no_broken_link(ci_runs, tmp_path,
     assert page.count("data:image/png;base64") >= 1  # figures embedded in the lesson pages
 
 
-def test_a_lesson_not_executed_is_shown_with_its_command_and_a_rebuild_replaces_the_site(ci_runs, tmp_path):
+def test_a_lesson_not_executed_is_shown_with_its_command_and_a_rebuild_keeps_what_the_user_added(ci_runs, tmp_path):
     some = {k: v for k, v in ci_runs.items() if not k.startswith("04")}
     out = site.build("ci", tmp_path / "site", runs=some, progress=False)
     page = re.sub(r"<[^>]+>", "", (out / "lessons" / "04_context_parallelism.html").read_text())  # the text read
     assert "Not executed at the ci size" in page and "longctx run 04 --size ci" in page
-    stale = out / "lessons" / "stale.html"
-    stale.write_text("from an older build")
-    site.build("ci", out, runs=ci_runs, progress=False)  # its own folder: replaced whole
-    assert not stale.exists() and "Not executed" not in (out / "lessons" / "04_context_parallelism.html").read_text()
+    yours = out / "lessons" / "notes.html"
+    yours.write_text("the user's")
+    with pytest.raises(LongctxError, match=r"did not write \(lessons/notes.html\)"):
+        site.build("ci", out, runs=ci_runs, progress=False)
+    assert yours.read_text() == "the user's" and "Not executed" in (out / "lessons" / "04_context_parallelism.html").read_text()
+    yours.unlink()
+    site.build("ci", out, runs=ci_runs, progress=False)  # only its own files there: replaced whole
+    assert "Not executed" not in (out / "lessons" / "04_context_parallelism.html").read_text()
 
 
 def test_the_site_never_replaces_a_folder_it_did_not_build(ci_runs, tmp_path):

@@ -98,6 +98,7 @@ def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_pa
     "ename,evalue",
     [
         ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 20 GiB"),
+        ("OutOfMemoryKill", "Kernel died"),  # the OS's OOM killer (harness.OOM_KILLED)
         (
             "RuntimeError",
             "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "

@@ -167,13 +167,14 @@ def load_base(
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from . import rope
+    from .models import from_pretrained
 
     path = Path(path or checkpoint_dir())
     trained = manifest(path)["trained_length"]
-    cfg = AutoConfig.from_pretrained(path)
+    cfg = from_pretrained(AutoConfig, path)
     if wanted is not None:
         cfg = rope.with_yarn(cfg, trained, wanted, factor=factor, beta_fast=beta_fast)
-    model = AutoModelForCausalLM.from_pretrained(path, config=cfg, dtype=torch.float32)
+    model = from_pretrained(AutoModelForCausalLM, path, config=cfg, dtype=torch.float32)
     model.eval()
     return model
 

@@ -86,3 +86,26 @@ def pool_map(fn, calls: list, workers: int, bar=None) -> list:
             bar.close()
     pool.shutdown()
     return results
+
+
+def oom_kills() -> int:
+    """How many processes the kernel's out-of-memory killer has stopped so far, summed over the counters
+    Linux keeps: this process's memory cgroup (v2 memory.events, v1 memory.oom_control) and the machine's
+    (/proc/vmstat). A rise across a child's death says the OOM killer took it; 0 where none is readable."""
+    files = [Path("/proc/vmstat")]
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, rel = line.split(":", 2)
+            if controllers == "":
+                files.append(Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.events")
+            elif "memory" in controllers.split(","):
+                files.append(Path("/sys/fs/cgroup/memory") / rel.lstrip("/") / "memory.oom_control")
+    except (OSError, ValueError):
+        pass
+    total = 0
+    for f in files:
+        try:
+            total += sum(int(line.split()[1]) for line in f.read_text().splitlines() if line.startswith("oom_kill "))
+        except (OSError, ValueError, IndexError):
+            pass
+    return total

@@ -584,7 +584,9 @@ def tokenizer_for(model: str):
         return tokenizer()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model)
+    from .models import from_pretrained
+
+    return from_pretrained(AutoTokenizer, model)
 
 
 def _is_corpus_bpe(tok, vocab_size: int = VOCAB_SIZE) -> bool:

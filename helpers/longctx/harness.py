@@ -20,12 +20,15 @@ from pathlib import Path
 
 import yaml
 
-from . import needs, outputs, quiet
+from . import children, needs, outputs, quiet
 from .errors import LongctxError, check_choice
 from .paths import build_dir, notebooks_dir, user_path
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
+
+
+OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
 
 
 class NotebookFailed(LongctxError):
@@ -274,6 +277,14 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         torch_dtype(values["DTYPE"])
 
 
+def _is_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_bytes())
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass
 class RunResult:
     notebook: str
@@ -335,6 +346,8 @@ def run(
     os.environ.update(LONGCTX_OUT=str(out), LONGCTX_SIZE=size)  # the kernel's session reads them
     start = time.perf_counter()
     writing = executed.with_name(f".{executed.stem}.tmp{os.getpid()}.ipynb")  # renamed into place once whole
+    kills_before = children.oom_kills()
+    whole = False  # papermill wrote the executed notebook to the end (also when a cell failed)
     try:
         pm.execute_notebook(
             str(notebook),
@@ -347,17 +360,28 @@ def run(
             request_save_on_cell_execute=False,
             extra_arguments=quiet.KERNEL_ARGUMENTS,
         )
+        whole = True
     except pm.PapermillExecutionError as exc:
+        whole = True
         raise NotebookFailed(
             f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue}). "
             f"The executed notebook is at {executed}.",
             exc.ename,
             exc.evalue,
         ) from None
-    except DeadKernelError as exc:  # killed from outside: most often the OS's out-of-memory killer
+    except DeadKernelError as exc:  # killed from outside, or it exited
+        whole = _is_json(writing)  # papermill may or may not have written it out after the death
+        if children.oom_kills() > kills_before:  # a result, like any out-of-memory error (a sweep keeps it)
+            raise NotebookFailed(
+                f"{notebook.stem}: the operating system's out-of-memory killer stopped the kernel; lower the "
+                "lengths or batch with -p.",
+                OOM_KILLED,
+                str(exc),
+            ) from None
         raise NotebookFailed(
-            f"{notebook.stem}: the kernel died ({exc}) — most often the operating system stopped it "
-            "for want of memory; lower the lengths or batch with -p.",
+            f"{notebook.stem}: the kernel died ({exc}) and the operating system recorded no out-of-memory kill: "
+            "something ended it (a cell that exits the process, a signal). Run the notebook in JupyterLab to "
+            "see the cell, or run the command again.",
             "DeadKernelError",
             str(exc),
         ) from None
@@ -369,8 +393,9 @@ def run(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if writing.exists():
+        if whole and writing.exists():
             os.replace(writing, executed)
+        writing.unlink(missing_ok=True)  # a write that failed half-way (a full disk, a size limit) leaves nothing
     seconds = time.perf_counter() - start
     if not results_path.exists():
         raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")

@@ -221,6 +221,7 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
         return
     if is_local_config(path):
+        refuse_custom_code(path)
         return
     raise LongctxError(
         f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or a model folder "
@@ -242,6 +243,40 @@ def has_weights(spec: str) -> bool:
     return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
 
 
+def from_pretrained(cls, source, **kwargs):
+    """`cls.from_pretrained(source)` (a transformers Auto class) that never runs a model's own Python code:
+    `trust_remote_code=False` (transformers then asks nothing on standard input), and a local folder whose
+    config.json or tokenizer_config.json maps classes to its own files (`auto_map`) is refused before
+    transformers reads it."""
+    refuse_custom_code(source)
+    try:
+        return cls.from_pretrained(source, trust_remote_code=False, **kwargs)
+    except ValueError as exc:
+        if "trust_remote_code" in str(exc):
+            _refuse_custom_code(source, "it needs code from its repository")
+        raise
+
+
+def refuse_custom_code(source) -> None:
+    """Refuse a local model whose config.json or tokenizer_config.json names classes in its own files."""
+    folder = Path(source).parent if Path(source).is_file() else Path(source)
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            mapped = (folder / name).is_file() and "auto_map" in json.loads((folder / name).read_text())
+        except (OSError, UnicodeDecodeError, ValueError, TypeError):
+            mapped = False  # not ours to judge: transformers' own reading names what is wrong
+        if mapped:
+            _refuse_custom_code(source, f"its {name} maps classes to the folder's own files (auto_map)")
+
+
+def _refuse_custom_code(source, why: str):
+    raise LongctxError(
+        f"The model {source} needs its own Python code ({why}); longctx never runs a model's code "
+        "(trust_remote_code=False). Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), "
+        "or a config.json without auto_map."
+    )
+
+
 def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
     from transformers import AutoConfig, Qwen3Config
@@ -255,6 +290,9 @@ def config(spec: str, **overrides):
             f"No model config at {spec}: give an existing config.json or model folder, a preset "
             f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'."
         )
+    given = path / "config.json" if path.is_dir() else path
+    if given.exists() and not given.is_file():  # a device (/dev/zero), a pipe, a folder named *.json
+        raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
     if path.is_dir() and not (path / "config.json").is_file():
         raise LongctxError(
             f"The model folder {spec} has no config.json: give the folder a model was saved into (save_pretrained "
@@ -273,7 +311,9 @@ def config(spec: str, **overrides):
     if path.exists() or HUB_ID.match(spec):
         source = str(path.parent) if path.name == "config.json" else str(path) if path.exists() else spec
         try:
-            return AutoConfig.from_pretrained(source, **overrides)
+            return from_pretrained(AutoConfig, source, **overrides)
+        except LongctxError:
+            raise
         except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
             raise LongctxError(
                 f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
@@ -295,7 +335,7 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
         return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     path = Path(spec)
     if path.exists() or HUB_ID.match(spec):
-        return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, **overrides)
+        return from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, **overrides)
     preset(spec)  # raises with the list of presets
 
 

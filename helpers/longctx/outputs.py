@@ -27,9 +27,20 @@ def _ledger(out: Path, command: str) -> Path:
     return out / f".longctx-{command}.json"
 
 
-def mark_claimed(folder: Path, command: str) -> None:
-    """Write the marker that says `command` owns all of `folder` (as claim_folder does)."""
-    _ledger(folder, command).write_text(json.dumps(CLAIM))
+def mark_claimed(folder: Path, command: str, files: list[str] | None = None) -> None:
+    """Write the marker that says `command` owns all of `folder` (as claim_folder does), or, with `files`,
+    the files it wrote there (a folder it replaces whole: see claimed_files)."""
+    _ledger(folder, command).write_text(json.dumps(CLAIM if files is None else files))
+
+
+def claimed_files(folder: Path, command: str) -> set[str] | None:
+    """The files `command` listed in its marker when it last wrote `folder`; None without a list."""
+    marker = _ledger(folder, command)
+    try:
+        names = json.loads(marker.read_text()) if marker.is_file() else CLAIM
+    except (OSError, ValueError):
+        names = CLAIM
+    return None if names == CLAIM else set(names)
 
 
 @contextlib.contextmanager
@@ -123,7 +134,7 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     marker = _ledger(out, command)
     mine = default is not None and out == user_path(default, resolve=True)  # callers check its contents
     if marker.exists() or marker.is_symlink():
-        _check_marker(marker, out)
+        _check_marker(marker, out, command)
     if out.exists() and any(out.iterdir()) and not marker.exists() and not mine:
         names = sorted(p.name for p in out.iterdir())
         raise LongctxError(
@@ -142,11 +153,13 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     return out
 
 
-def _check_marker(marker: Path, out: Path) -> None:
-    """A claimed folder is reused only as its claim left it: the marker as written, and no symbolic link
-    anywhere inside (a run writes into figures/, runs/, … and would write through one into someone's files)."""
+def _check_marker(marker: Path, out: Path, command: str) -> None:
+    """A claimed folder is reused only as its claim left it: the marker as written, no symbolic link anywhere
+    inside (a run writes into figures/, runs/, … and would write through one into someone's files), and, where
+    the marker lists the files (a folder replaced whole), no file it does not list."""
     try:
-        intact = marker.is_file() and not marker.is_symlink() and json.loads(marker.read_text()) == CLAIM
+        listed = json.loads(marker.read_text()) if marker.is_file() and not marker.is_symlink() else None
+        intact = listed == CLAIM or (isinstance(listed, list) and all(isinstance(n, str) for n in listed))
     except (OSError, ValueError):
         intact = False
     if not intact:
@@ -154,6 +167,8 @@ def _check_marker(marker: Path, out: Path) -> None:
             f"{marker} is not the marker longctx writes when it claims a folder; remove it if the "
             f"folder is yours to reuse, or give --out a new folder. Nothing in {out} was touched."
         )
+    listed = claimed_files(out, command)
+    yours = []
     for root, dirs, files in os.walk(out):
         links = [name for name in dirs + files if (Path(root) / name).is_symlink()]
         if links:
@@ -161,6 +176,13 @@ def _check_marker(marker: Path, out: Path) -> None:
                 f"{Path(root) / links[0]} is a symbolic link: a run would write through it. Remove it "
                 f"(or give --out a new folder); nothing in {out} was touched."
             )
+        yours += [str((Path(root) / f).relative_to(out)) for f in files if listed is not None and f != marker.name]
+    yours = sorted(set(yours) - (listed or set()))
+    if yours:
+        raise LongctxError(
+            f"{out} holds files `longctx {command}` did not write ({', '.join(yours[:5])}{', …' if len(yours) > 5 else ''}), "
+            "and it replaces the folder whole. Move them out, or give --out another folder; nothing was touched."
+        )
 
 
 def staging(out: Path) -> tempfile.TemporaryDirectory:
@@ -205,6 +227,11 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
         return LongctxError(
             f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
             "the output elsewhere (--out, LONGCTX_BUILD); nothing half-written was left in place."
+        )
+    if exc.errno == errno.EFBIG:
+        return LongctxError(
+            f"The file-size limit stopped writing {path} (`ulimit -f`); raise it, or write less (fewer lengths, "
+            "smaller figures); nothing half-written was left in place."
         )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return LongctxError(f"Cannot write {path}: {exc.strerror}. Choose a writable folder (--out, LONGCTX_BUILD).")

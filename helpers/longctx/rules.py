@@ -40,7 +40,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     """Why `value` breaks `rule` (None when it does not)."""
     if isinstance(rule, list):
         return next((why for r in rule if (why := _fails(r, value, params, on_cpu))), None)
-    if rule in ("positive", "non_negative") or isinstance(rule, dict) and "min" in rule:
+    if rule in ("positive", "non_negative") or isinstance(rule, dict) and ("min" in rule or "max" in rule):
         if not _number(value):
             return "must be a number"
     if rule == "positive":
@@ -93,6 +93,8 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         ((kind, arg),) = rule.items()
         if kind == "min":
             return None if value >= arg else f"must be at least {arg}"
+        if kind == "max":
+            return None if value <= arg else f"must be at most {arg:,}"
         if kind == "at_most":
             other = params.get(arg)
             return None if not (_number(value) and _number(other)) or value <= other else f"must be at most {arg} ({other})"

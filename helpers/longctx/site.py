@@ -56,7 +56,7 @@ def build(
 
     check_installed()
     check_choice("size", size, harness.SIZES)
-    # new, empty, or a site this command built (its marker intact): the folder is replaced whole
+    # new, empty, or a site this command built with nothing added since (its marker lists its files)
     out = outputs.claim_folder(out or build_dir() / "site" / size, "site", write=False)
     runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
     figures = Path(figures) if figures else build_dir() / "figures" / size
@@ -241,7 +241,7 @@ def _replace_folder(new: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     shutil.copytree(new, staged, dirs_exist_ok=True)
-    outputs.mark_claimed(staged, "site")  # so the next build may replace it
+    outputs.mark_claimed(staged, "site", _files(staged))  # so the next build may replace it, and only it
     old = None
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
@@ -249,6 +249,10 @@ def _replace_folder(new: Path, out: Path) -> None:
     os.replace(staged, out)
     if old is not None:
         shutil.rmtree(old)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
 
 
 class _Links(HTMLParser):

@@ -35,7 +35,7 @@ from .paths import REPO, build_dir, slug, user_path
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 MAX_POINTS = 10_000
-OOM_NAMES = ("OutOfMemoryError", "MemoryError")
+OOM_NAMES = ("OutOfMemoryError", "MemoryError", "OutOfMemoryKill")  # the last: harness.OOM_KILLED
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
 OOM_WORDS = ("out of memory", "can't allocate memory")
 
@@ -252,7 +252,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
     except harness.NotebookFailed as exc:
         oom = exc.ename in OOM_NAMES or any(words in exc.evalue.lower() for words in OOM_WORDS)
-        died = exc.ename == "DeadKernelError"  # killed from outside; retried by the next run, like an error
+        died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
         record.update(status="oom" if oom else "died" if died else "error", error=f"{exc.ename}: {exc.evalue}")
     write_json_atomic(tmp / "point.json", record)
     if folder.exists():  # an earlier failed attempt: replace it

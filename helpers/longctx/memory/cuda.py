@@ -29,7 +29,8 @@ def measure_cuda(
     torch.cuda.reset_peak_memory_stats(device)
     baseline = torch.cuda.memory_allocated(device)
     if snapshot:
-        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+        # python stacks only: symbolising C++ frames can take minutes when the snapshot is taken
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
     tracker = TimelineTracker(device, host="cpu", band_bytes=band_bytes)  # offloaded tensors land on "cpu"
     tracker.track_external(model, optimizer)
     try:

@@ -1,0 +1,63 @@
+"""A model folder's own Python code never runs: every load passes trust_remote_code=False, and a folder
+that maps classes to its own files (auto_map) is refused before transformers reads it — even with "y" on
+standard input, where transformers would otherwise ask whether to run it."""
+
+import builtins
+import json
+import subprocess
+import sys
+
+import pytest
+
+from longctx import LongctxError, data, models
+
+
+@pytest.fixture
+def foreign(tmp_path):
+    """A folder whose config and tokenizer config point at evil.py, which leaves a marker when imported."""
+    marker = tmp_path / "marker"
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    cfg = {"model_type": "evil", "auto_map": {"AutoConfig": "evil.Cfg", "AutoModelForCausalLM": "evil.Model"}}
+    (folder / "config.json").write_text(json.dumps({**models.config("tiny").to_dict(), **cfg}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.Tok", None]}}))
+    return folder, marker
+
+
+def test_the_cli_refuses_a_folder_with_its_own_code_even_with_yes_piped_in(foreign):
+    folder, marker = foreign
+    out = subprocess.run(
+        [sys.executable, "-m", "longctx", "estimate", "--model", str(folder), "--seq-len", "1k"],
+        input="y\n" * 50,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "never runs a model's code" in out.stderr and "auto_map" in out.stderr
+    assert "Traceback" not in out.stderr and "[y/N]" not in out.stdout + out.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "load",
+    [models.config, models.load, data.tokenizer_for, models.check_spec],
+    ids=["config", "weights", "tokenizer", "parameter-check"],
+)
+def test_every_loader_refuses_it_and_asks_nothing(foreign, monkeypatch, load):
+    folder, marker = foreign
+    monkeypatch.setattr(builtins, "input", lambda *a: "y")  # a prompt, were there one, would be answered yes
+    with pytest.raises(LongctxError, match="trust_remote_code=False"):
+        load(str(folder))
+    assert not marker.exists()
+
+
+def test_transformers_itself_is_told_not_to_run_it(foreign, monkeypatch):
+    """Without the folder check, trust_remote_code=False alone still keeps the code from running."""
+    from transformers import AutoConfig
+
+    folder, marker = foreign
+    monkeypatch.setattr(builtins, "input", lambda *a: "y")
+    monkeypatch.setattr(models, "refuse_custom_code", lambda source: None)
+    with pytest.raises(LongctxError, match="needs code from its repository"):
+        models.from_pretrained(AutoConfig, str(folder))
+    assert not marker.exists()

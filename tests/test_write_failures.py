@@ -1,0 +1,97 @@
+"""No output is ever left truncated under its final name: a full disk (ENOSPC, a real small tmpfs) or a
+file-size limit (EFBIG, RLIMIT_FSIZE) while writing the executed notebook, results.json or a figure leaves
+no file cut off in place and no temporary behind, and an earlier results.json or figure stays as it was."""
+
+import contextlib
+import resource
+import shutil
+import signal
+import subprocess
+
+import nbformat
+import pytest
+
+from longctx import LongctxError, harness
+from longctx.notebook import write_json_atomic
+
+FREE = 48 * 1024  # bytes left free on the small disk, or the file-size limit: below each output written here
+
+
+@contextlib.contextmanager
+def full_disk(tmp_path):
+    """A folder on a tmpfs with FREE bytes left (mounting needs root; CI runs as root)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        (folder / "filler").write_bytes(b"\0" * (shutil.disk_usage(folder).free - FREE))
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+@contextlib.contextmanager
+def size_limit(tmp_path):
+    """Files written by this process (and the kernels it starts) stop at FREE bytes with EFBIG."""
+    folder = tmp_path / "limited"
+    folder.mkdir()
+    before = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FREE, before[0][1]))
+    try:
+        yield folder
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, before[0])
+        signal.signal(signal.SIGXFSZ, before[1])
+
+
+FAILURES = pytest.mark.parametrize("failing", [full_disk, size_limit], ids=["ENOSPC", "EFBIG"])
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.rglob("*") if ".tmp" in p.name)
+
+
+@FAILURES
+def test_results_json_keeps_the_previous_file(tmp_path, failing):
+    with failing(tmp_path) as folder:
+        (folder / "results.json").write_text('{"previous": true}')
+        with pytest.raises(LongctxError, match="writ"):
+            write_json_atomic(folder / "results.json", {"numbers": list(range(100_000))})
+        assert (folder / "results.json").read_text() == '{"previous": true}'
+        assert _leftovers(folder) == []
+
+
+@FAILURES
+def test_a_figure_keeps_the_previous_file(tmp_path, failing):
+    import numpy as np
+
+    from longctx import plots
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.imshow(np.random.default_rng(0).random((400, 400)))  # a PNG well over FREE bytes
+    with failing(tmp_path) as folder:
+        (folder / "big.png").write_bytes(b"previous")
+        with pytest.raises(LongctxError, match="writ"):
+            plots.save_figure(fig, "big", folder)
+        assert (folder / "big.png").read_bytes() == b"previous"
+        assert _leftovers(folder) == []
+
+
+@pytest.mark.slow
+@FAILURES
+def test_an_executed_notebook_is_never_left_cut_off(tmp_path, failing):
+    original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
+    params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
+    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell("print('x' * 200_000)")])
+    mine.metadata = original.metadata
+    path = tmp_path / "copy" / "00_memory_primer.ipynb"
+    path.parent.mkdir()
+    nbformat.write(mine, path)
+    with failing(tmp_path) as folder:
+        with pytest.raises(LongctxError) as err:
+            harness.run(str(path), "ci", out=folder / "out", progress=False)
+        assert "writ" in str(err.value)
+        assert not (folder / "out" / path.name).exists() and _leftovers(folder) == []
