@@ -64,11 +64,10 @@ def test_results_json_keeps_the_previous_file(tmp_path, failing):
 
 @FAILURES
 def test_a_figure_keeps_the_previous_file(tmp_path, failing):
+    import matplotlib.pyplot as plt
     import numpy as np
 
     from longctx import plots
-
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
     ax.imshow(np.random.default_rng(0).random((400, 400)))  # a PNG well over FREE bytes
