@@ -369,7 +369,7 @@ def test_bad_models_and_notebooks_are_refused_before_a_kernel(tmp_path):
         harness.run("01", "ci", {"CPU_LENGTHS": ["256"]}, out=tmp_path / "c")
     with pytest.raises(LongctxError, match="5 attention heads and 2 key/value heads"):
         estimate(LlamaConfig(num_attention_heads=5, num_key_value_heads=2, hidden_size=40), 128)
-    with pytest.raises(LongctxError, match="x.ipynb has no sizes"):
+    with pytest.raises(LongctxError, match="x.ipynb is not a readable notebook"):
         (tmp_path / "x.ipynb").write_text("{}")
         harness.run(str(tmp_path / "x.ipynb"), "ci", out=tmp_path / "d")
     broken = tmp_path / "copy" / "00_memory_primer.ipynb"
@@ -567,3 +567,33 @@ def test_a_sixth_pass_of_hostile_inputs_is_refused_plainly(tmp_path, monkeypatch
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "afile"))
     assert main(["data", "--verify"]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "mine"
+
+
+def _dev_zero_config(tmp_path):
+    folder = tmp_path / "zero"
+    folder.mkdir()
+    (folder / "config.json").symlink_to("/dev/zero")
+    return ["estimate", "--model", str(folder), "--seq-len", "1k"]
+
+
+def _text_named_notebook(tmp_path):
+    (tmp_path / "notes.ipynb").write_text("my notes, not a notebook")
+    return ["run", str(tmp_path / "notes.ipynb"), "--size", "ci", "--out", str(tmp_path / "out")]
+
+
+@pytest.mark.parametrize(
+    "make_args,fragment",
+    [
+        (_dev_zero_config, "config.json is not a regular file"),
+        (_text_named_notebook, "notes.ipynb is not a readable notebook"),
+        (lambda tmp_path: ["run", "00", "--size", "ci", "-p", "LORA_RANK=20000000"], "LORA_RANK=20000000 must be at most 1,024"),
+    ],
+    ids=["config-is-a-device", "text-file-named-ipynb", "lora-rank-without-a-range"],
+)
+def test_unclear_inputs_are_told_what_they_are(tmp_path, capsys, make_args, fragment):
+    from longctx.cli import main
+
+    assert main(make_args(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -117,3 +117,17 @@ def test_the_plan_table_is_one_text_for_the_cli_and_the_lesson():
     assert lines[0] == "qwen3-4b at 262,144 tokens, up to 2 GPU(s) of 80 GiB:"
     assert "over" in lines[1] and "fits" in lines[2] and lines[-1].endswith("(60.5 GiB per GPU)")
     assert plan.table(dict(result, cheapest=None)).endswith("nothing fits on 2 GPU(s) of 80 GiB: more GPUs or memory")
+
+
+def test_plan_with_json_shows_its_progress_on_stderr_and_prints_only_json():
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "longctx", "plan", "--model", "tiny", "--seq-len", "4k", "--gpus", "2", "--gpu", "24", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and "plan: estimates" in out.stderr  # a long plan is not silent
+    assert json.loads(out.stdout)["gpus"] == 2

@@ -206,7 +206,7 @@ def _cmd_plan(args) -> None:
         gpus=args.gpus,
         gpu_memory_gib=gib,
         mixed_precision=args.mixed_precision,
-        progress=not args.json,
+        progress=True,  # on stderr: --json's standard output stays the JSON alone
     )
     result["capacity"] = how
     if args.json:
@@ -356,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
     except KeyboardInterrupt:
+        import logging
+
+        logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
         print(
             "longctx: interrupted. Finished work is kept (a sweep's finished points, a run's earlier outputs); "
             "run the same command again to go on.",

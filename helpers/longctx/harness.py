@@ -52,6 +52,7 @@ def resolve(name: str) -> Path:
     if given.suffix == ".ipynb":
         if not given.is_file():
             raise LongctxError(f"No notebook at {given}.")
+        declared_parameters(given)  # a file that is no notebook is told so, before its sizes are looked up
         return given.resolve()
     if len(given.parts) > 1:  # a path without the suffix: not a repository notebook's name
         raise LongctxError(
