@@ -61,3 +61,19 @@ def test_transformers_itself_is_told_not_to_run_it(foreign, monkeypatch):
     with pytest.raises(LongctxError, match="needs code from its repository"):
         models.from_pretrained(AutoConfig, str(folder))
     assert not marker.exists()
+
+
+def test_pickled_weights_are_never_loaded(tmp_path):
+    """A pytorch_model.bin is a pickle, which can run code as it is read: a folder holding only that is refused
+    before a kernel starts, and loading asks transformers for safetensors."""
+    from longctx import harness
+
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    models.config("tiny").save_pretrained(folder)
+    (folder / "pytorch_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(LongctxError, match="only safetensors files are loaded"):
+        harness.run("00", "ci", {"MODEL": str(folder)}, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(OSError, match="safetensors"):
+        models.load(str(folder))

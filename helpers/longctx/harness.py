@@ -188,7 +188,7 @@ def parse_value(raw: str):
         inner = text[1:-1]
         return [parse_value(item) for item in split_top_level(inner)] if inner.strip() else []
     if text[:1] in "[]{}":
-        raise LongctxError(f"Cannot read {raw!r}: a list is written [a, b, c].")
+        raise LongctxError(f"Cannot read {raw!r}: a value is a number, text, true/false, null or a list [a, b, c].")
     return text
 
 

@@ -229,7 +229,9 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     )
 
 
-WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")  # what from_pretrained reads
+# what from_pretrained reads here: safetensors only (`use_safetensors=True`), since a pickled
+# pytorch_model.bin can run code when it is loaded
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
 
 
 def has_weights(spec: str) -> bool:
@@ -335,7 +337,7 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
         return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     path = Path(spec)
     if path.exists() or HUB_ID.match(spec):
-        return from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, **overrides)
+        return from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, **overrides)
     preset(spec)  # raises with the list of presets
 
 

@@ -73,8 +73,9 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
         if not isinstance(value, str) or value in (*PRESETS, "base") or not _local_model(value) or has_weights(value):
             return None
         return (
-            "has no weights to load (a config.json describes a model for estimates only): give a model folder "
-            "with its weight files, a hub id, or a preset"
+            "has no weights to load (a config.json describes a model for estimates only; only safetensors files are "
+            "loaded, a pickled pytorch_model.bin can run code): give a model folder with its .safetensors files, a hub "
+            "id, or a preset"
         )
     if rule == "integer":
         return None if isinstance(value, int) and not isinstance(value, bool) else "must be a whole number"
