@@ -11,7 +11,8 @@ Run: .venv/bin/python benchmarks/compile_backends.py [--steps 8] [--pad 64]
 import argparse
 import tempfile
 
-from longctx import compiling, data, models
+from longctx import data, models
+from longctx.levers import compiling
 
 
 def main() -> None:

@@ -38,11 +38,12 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from longctx import LongctxError, data, harness, models, versions
+from longctx import LongctxError, data, models, versions
+from longctx.files import atomic
 from longctx.memory.estimate import DEFAULT_DTYPE, DTYPES, build_step, check_levers, estimate
-from longctx.memory.profile import GIB
-from longctx.outputs import atomic
 from longctx.paths import build_dir
+from longctx.run import harness
+from longctx.units import GIB
 
 # (model, tokens, loss, offload): every real step and its estimate, in the order they run (short ones first)
 CASES = [
@@ -104,7 +105,7 @@ def real_step(case, snapshot: Path | None = None) -> dict:
     """One forward/loss/backward/AdamW step on the GPU, in bf16, with checkpointing (the estimate's step)."""
     import torch
 
-    from longctx.memory.cuda import measure_cuda
+    from longctx.memory.measure import measure_cuda
 
     model, n, loss, off = case
     net = optimizer = step = None

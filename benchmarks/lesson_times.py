@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from longctx import harness, needs
 from longctx.paths import build_dir
+from longctx.run import harness, needs
 
 
 def rows(build: Path) -> list[dict]:

@@ -40,8 +40,9 @@ def train_config(seq_len: int, steps: int, out: str, processes: int, for_device:
 def main() -> None:
     from accelerate import PartialState
 
-    from longctx import data, models, rope
+    from longctx import data, models
     from longctx.lengths import parse_length
+    from longctx.levers import rope
     from longctx.train import run_sft
 
     ap = argparse.ArgumentParser()

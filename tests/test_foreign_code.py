@@ -66,7 +66,7 @@ def test_transformers_itself_is_told_not_to_run_it(foreign, monkeypatch):
 def test_pickled_weights_are_never_loaded(tmp_path):
     """A pytorch_model.bin is a pickle, which can run code as it is read: a folder holding only that is refused
     before a kernel starts, and loading asks transformers for safetensors."""
-    from longctx import harness
+    from longctx.run import harness
 
     folder = tmp_path / "pickled"
     folder.mkdir()

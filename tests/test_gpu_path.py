@@ -9,11 +9,13 @@ import pytest
 import torch
 import yaml
 
-from longctx import LongctxError, data, harness, models, needs, sweep
-from longctx.cp_worker import deepspeed_config
+from longctx import LongctxError, data, models
+from longctx.levers.cp_worker import deepspeed_config
 from longctx.memory.estimate import DEFAULT_DTYPE, build_step
 from longctx.memory.measure import TimelineTracker, measure, tensor_device
 from longctx.paths import REPO, data_dir
+from longctx.run import harness, needs
+from longctx.tools import sweep
 
 NOTEBOOKS = list(harness.notebooks())
 
@@ -133,7 +135,7 @@ def test_the_readme_carries_the_needs_table():
 )
 def test_run_at_gpu_size_is_refused_in_seconds_without_the_gpus(name, fragment):
     out = subprocess.run(
-        [sys.executable, "-m", "longctx.cli", "run", name, "--size", "gpu"], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-m", "longctx.tools.cli", "run", name, "--size", "gpu"], capture_output=True, text=True, cwd=REPO
     )
     assert out.returncode == 2 and fragment in out.stderr, out.stderr
     assert "Traceback" not in out.stderr  # refused before a kernel: the time it takes is measured, not asserted
@@ -164,14 +166,14 @@ def test_sweeps_and_figures_check_the_machine_before_any_point(tmp_path):
     with pytest.raises(LongctxError, match="needs 8 CUDA GPUs"):
         sweep.run(sw, progress=False)
     assert not list((tmp_path / "sw" / "points").glob("*"))
-    from longctx import figures
+    from longctx.tools import figures
 
     with pytest.raises(LongctxError, match="needs"):
         figures.regenerate("gpu", tmp_path / "fig", progress=False)
 
 
 def test_list_shows_needs_and_minutes_for_every_size(capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from longctx import LongctxError, harness
-from longctx.cli import main
+from longctx import LongctxError
+from longctx.run import harness
+from longctx.tools.cli import main
 
 
 def test_unknown_notebook():
@@ -63,7 +64,7 @@ def test_cli_reports_errors_with_exit_code_2(capsys):
 
 
 def test_figures_refuses_a_folder_it_does_not_own_before_running_anything(tmp_path):
-    from longctx import figures
+    from longctx.tools import figures
 
     paper = tmp_path / "paper"
     paper.mkdir()
@@ -76,7 +77,7 @@ def test_figures_refuses_a_folder_it_does_not_own_before_running_anything(tmp_pa
 def test_figures_moves_only_its_own_files_into_place(tmp_path):
     from pathlib import Path
 
-    from longctx import outputs
+    from longctx import files as outputs
 
     out = tmp_path / "paper"
     out.mkdir()
@@ -103,7 +104,7 @@ def test_figures_moves_only_its_own_files_into_place(tmp_path):
 def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
     import shutil
 
-    from longctx import sweep
+    from longctx.tools import sweep
 
     mine = tmp_path / "work"
     mine.mkdir()
@@ -118,7 +119,7 @@ def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
 
 
 def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
-    from longctx import outputs
+    from longctx import files as outputs
 
     forged = tmp_path / "forged"  # someone's folder with a hand-made marker
     forged.mkdir()
@@ -138,8 +139,8 @@ def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
 
 
 def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
-    from longctx import base_model
-    from longctx.cli import main
+    from longctx.levers import base_model
+    from longctx.tools.cli import main
 
     committed = base_model.checkpoint_dir()
     before = {p.name: p.stat().st_mtime_ns for p in committed.iterdir()}
@@ -165,7 +166,7 @@ def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
 def test_place_checks_every_target_before_the_first_move(tmp_path):
     from pathlib import Path
 
-    from longctx import outputs
+    from longctx import files as outputs
 
     out = tmp_path / "out"
     out.mkdir()
@@ -264,7 +265,7 @@ def test_ranges_and_relations_are_refused_before_a_kernel_starts(tmp_path, name,
 
 
 def test_every_rule_names_a_declared_parameter():
-    from longctx import rules
+    from longctx.run import rules
 
     for name, declared in ((n, harness.declared_parameters(p)) for n, p in harness.notebooks().items()):
         assert set(rules.table().get(name, {})) <= set(declared), name
@@ -292,9 +293,10 @@ def test_a_full_disk_leaves_no_truncated_figure_and_says_so(tmp_path, monkeypatc
 
 
 def test_broken_inputs_end_in_a_message_not_a_traceback(tmp_path, monkeypatch, capsys):
-    from longctx import models, sweep
-    from longctx.cli import main
+    from longctx import models
     from longctx.memory.estimate import estimate
+    from longctx.tools import sweep
+    from longctx.tools.cli import main
 
     with pytest.raises(LongctxError, match="No model config at missing/config.json"):
         models.config("missing/config.json")
@@ -324,7 +326,8 @@ def test_broken_inputs_end_in_a_message_not_a_traceback(tmp_path, monkeypatch, c
 def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     import json
 
-    from longctx import outputs, sweep
+    from longctx import files as outputs
+    from longctx.tools import sweep
 
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, out=tmp_path)
     outputs.claim_folder(sw.out, "sweep")  # as sweep.run does, before the finished point below
@@ -349,7 +352,7 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     ],
 )
 def test_pretrain_options_are_refused_by_their_flag(tmp_path, capsys, args, fragment):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     assert main(["pretrain", "--out", str(tmp_path / "new"), *args]) == 2
     assert fragment in capsys.readouterr().err
@@ -381,7 +384,7 @@ def test_bad_models_and_notebooks_are_refused_before_a_kernel(tmp_path):
 
 
 def test_empty_values_and_folders_are_named(capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     with pytest.raises(LongctxError, match="has no value after '='"):
         harness.parse_overrides(["SEQ_LEN="])
@@ -455,8 +458,8 @@ def test_the_default_output_folder_holds_only_what_a_run_writes(tmp_path):
 
 
 def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
-    from longctx.cli import main
     from longctx.paths import data_dir
+    from longctx.tools.cli import main
 
     assert main(["pretrain", "--out", str(data_dir()), "--force", "--steps", "1"]) == 2
     assert "is the data folder itself" in capsys.readouterr().err
@@ -483,7 +486,7 @@ def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
     ],
 )
 def test_names_and_numbers_no_file_system_can_take_are_refused_plainly(argv, fragment, capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -503,7 +506,7 @@ def test_notebook_02_without_its_base_model_is_refused_before_a_kernel(tmp_path,
 
 
 def test_a_loop_of_links_and_a_home_that_does_not_exist_are_refused_plainly(tmp_path, monkeypatch, capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
@@ -524,7 +527,7 @@ def test_names_the_library_gives_a_meaning_are_not_read_as_local_folders(tmp_pat
 
 
 def test_verifying_a_data_folder_that_is_not_there_creates_nothing(tmp_path, monkeypatch, capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "elsewhere"))
     assert main(["data", "--verify"]) == 2
@@ -545,7 +548,7 @@ def test_a_sixth_pass_of_hostile_inputs_is_refused_plainly(tmp_path, monkeypatch
     config, a config that is a JSON list or absurdly wide, more CP ranks than tokens, a data folder that is a file."""
     import json
 
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "list.json").write_text("[1, 2]")
@@ -591,7 +594,7 @@ def _text_named_notebook(tmp_path):
     ids=["config-is-a-device", "text-file-named-ipynb", "lora-rank-without-a-range"],
 )
 def test_unclear_inputs_are_told_what_they_are(tmp_path, capsys, make_args, fragment):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     assert main(make_args(tmp_path)) == 2
     err = capsys.readouterr().err

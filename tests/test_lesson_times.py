@@ -3,8 +3,8 @@
 import json
 import sys
 
-from longctx import needs
 from longctx.paths import REPO
+from longctx.run import needs
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import lesson_times  # noqa: E402

@@ -6,8 +6,8 @@ import re
 import nbformat
 import pytest
 
-from longctx import harness
 from longctx.paths import REPO
+from longctx.run import harness
 
 NOTEBOOKS = list(harness.notebooks())
 LEVER_NOTEBOOKS = NOTEBOOKS[:-1]  # 06 puts the levers together: it has a closing figure, not a mechanism

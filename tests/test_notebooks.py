@@ -5,7 +5,9 @@ import re
 import nbformat
 import pytest
 
-from longctx import guide, harness, rope
+from longctx import guide
+from longctx.levers import rope
+from longctx.run import harness
 
 NOTEBOOKS = list(harness.notebooks())
 
@@ -164,7 +166,7 @@ RERUN_FOR_FIGURES = ("01_chunked_loss", "02_yarn")
 def test_figures_regenerate_identically(ran, tmp_path):
     """`longctx figures` at the ci size writes every guide figure; a second, independent run of the notebooks in
     RERUN_FOR_FIGURES gives byte-identical files."""
-    from longctx import figures
+    from longctx.tools import figures
 
     notebooks = set(figures.GUIDE_FIGURES.values())
     first = figures.regenerate("ci", tmp_path / "a", runs={nb: ran(nb) for nb in notebooks}, progress=False)

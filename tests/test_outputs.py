@@ -2,7 +2,8 @@
 
 import pytest
 
-from longctx import LongctxError, outputs
+from longctx import LongctxError
+from longctx import files as outputs
 
 
 def test_an_atomic_write_replaces_the_file_only_when_it_completes(tmp_path):
@@ -40,7 +41,7 @@ def test_a_command_whose_output_cannot_be_written_says_so_without_a_traceback():
 
     with open("/dev/full", "w") as full:
         done = subprocess.run(
-            [sys.executable, "-m", "longctx.cli", "list"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+            [sys.executable, "-m", "longctx.tools.cli", "list"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
         )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "could not write the output: No space left on device" in done.stderr

@@ -1,6 +1,7 @@
 import pytest
 
-from longctx import LongctxError, models, parallel
+from longctx import LongctxError, models
+from longctx.levers import parallel
 
 
 def _cfg(**changes):
@@ -105,7 +106,8 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
 def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
     import time
 
-    from longctx import LongctxError, parallel
+    from longctx import LongctxError
+    from longctx.levers import parallel
 
     out = tmp_path / "run"
     with pytest.raises(LongctxError, match="exceeded 3 s"):

@@ -3,9 +3,10 @@ import json
 import pytest
 from transformers import LlamaConfig, MistralConfig
 
-from longctx import LongctxError, models, plan
-from longctx.cli import main
+from longctx import LongctxError, models
+from longctx.memory import plan
 from longctx.memory.estimate import estimate
+from longctx.tools.cli import main
 
 
 def _llama(tmp_path):

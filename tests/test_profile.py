@@ -4,7 +4,8 @@
 def test_a_profile_names_the_row_where_a_phase_ends():
     import numpy as np
 
-    from longctx.memory.profile import CATEGORIES, MemoryProfile
+    from longctx.memory.profile import MemoryProfile
+    from longctx.units import CATEGORIES
 
     timeline = np.arange(3 * len(CATEGORIES)).reshape(3, len(CATEGORIES))
     prof = MemoryProfile("cpu", "test", timeline, ["forward", "forward", "backward"], 0, "forward", {})
@@ -18,8 +19,9 @@ def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tm
 
     from longctx import data, models
     from longctx.memory.estimate import estimate
-    from longctx.memory.profile import CATEGORIES, META_KEYS, MemoryProfile
+    from longctx.memory.profile import META_KEYS, MemoryProfile
     from longctx.memory.trainer_step import sft_step_profile
+    from longctx.units import CATEGORIES
 
     prof = MemoryProfile("cpu", "test", np.zeros((1, len(CATEGORIES))), ["forward"], 0, "forward", {})
     with pytest.raises(KeyError, match="declare them in META_KEYS"):

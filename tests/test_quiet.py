@@ -9,7 +9,8 @@ import warnings
 
 import pytest
 
-from longctx import lab, quiet
+from longctx import quiet
+from longctx.tools import lab
 
 
 def test_for_lessons_turns_the_libraries_own_switches():
@@ -86,7 +87,7 @@ def test_lab_settings_name_settings_the_installed_jupyterlab_has():
 
 @pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is not None, reason="JupyterLab is installed here")
 def test_lab_without_jupyterlab_names_the_install(capsys):
-    from longctx.cli import main
+    from longctx.tools.cli import main
 
     assert main(["lab"]) == 2
     assert "pip install -e '.[lab]'" in capsys.readouterr().err

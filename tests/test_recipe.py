@@ -2,8 +2,9 @@
 
 import pytest
 
-from longctx import LongctxError, compiling, data, models, padding, recipe, rope, train
-from longctx.cp_worker import sft_call as rank_call
+from longctx import LongctxError, data, models, recipe, train
+from longctx.levers import compiling, padding, rope
+from longctx.levers.cp_worker import sft_call as rank_call
 
 CPU = {"use_cpu": True, "bf16": False}  # what a GPU recipe needs to be built on this machine
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from longctx import LongctxError, models, rope
+from longctx import LongctxError, models
+from longctx.levers import rope
 
 
 def test_yarn_parameters_use_transformers_keys():

@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from longctx import LongctxError, data, models, rules
+from longctx import LongctxError, data, models
+from longctx.run import rules
 
 
 def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
@@ -49,7 +50,7 @@ def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):
 
 @pytest.mark.parametrize("notebook", ["01_chunked_loss", "03_activation_offload", "06_one_million_tokens"])
 def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(notebook):
-    from longctx import harness
+    from longctx.run import harness
 
     path = harness.resolve(notebook)
     for ok in ("A100-80GB", "h200", "79.5"):
@@ -68,7 +69,7 @@ def test_a_length_no_step_on_this_machine_could_hold_is_refused_before_a_kernel_
 
     import psutil
 
-    from longctx import harness
+    from longctx.run import harness
 
     with pytest.raises(LongctxError, match=r"needs at least [\d.]+ GiB \(what each layer must keep\).*lower it"):
         harness.check_parameters(harness.resolve("00"), {"SEQ_LEN": 10**9}, "cpu")  # from the config: instant
@@ -90,7 +91,7 @@ def test_a_length_no_step_on_this_machine_could_hold_is_refused_before_a_kernel_
 
 
 def test_every_whole_number_parameter_has_an_upper_bound():
-    from longctx import harness, rules
+    from longctx.run import harness, rules
 
     bounded = ("max", "at_most", "estimable", "seed", "fits_ram", "processes", "one_of")
 

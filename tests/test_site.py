@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from longctx import LongctxError, harness, site
+from longctx import LongctxError
+from longctx.run import harness
+from longctx.tools import site
 
 
 @pytest.fixture(scope="module")

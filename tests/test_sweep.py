@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from longctx import LongctxError, harness, outputs, sweep
+from longctx import LongctxError
+from longctx import files as outputs
+from longctx.run import harness
+from longctx.tools import sweep
 
 GRID = ["SEQ_LEN=256,512", "TILE_TOKENS=64,128"]
 # keep each point short: the sweep machinery is under test, not the lesson (its full-size estimates on the tiny
@@ -23,7 +26,7 @@ def _cli(out: Path, *extra: str) -> list[str]:
     args = [
         sys.executable,
         "-m",
-        "longctx.cli",
+        "longctx.tools.cli",
         "sweep",
         "01",
         "--size",
@@ -313,7 +316,7 @@ def _left_behind(sid: int, out: Path) -> list[int]:
 # The CLI under a harness that prints every thread's stack on SIGUSR1: a sweep that ignores Ctrl-C says where.
 _WITH_STACKS = (
     "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
-    "from longctx.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from longctx.tools.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 

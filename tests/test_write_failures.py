@@ -11,8 +11,9 @@ import subprocess
 import nbformat
 import pytest
 
-from longctx import LongctxError, harness
+from longctx import LongctxError
 from longctx.notebook import write_json_atomic
+from longctx.run import harness
 
 FREE = 48 * 1024  # bytes left free on the small disk, or the file-size limit: below each output written here
 

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from longctx import LongctxError, base_model, curves, data, yarn
+from longctx import LongctxError, curves, data
+from longctx.levers import base_model, yarn
 
 
 @pytest.fixture(scope="module")

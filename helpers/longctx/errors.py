@@ -8,6 +8,22 @@ class LongctxError(ValueError):
     name where the two differ ("gpus (--gpus)"), since notebooks and the CLI share the checks."""
 
 
+SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2**32 - 1
+
+
+def check_positive_int(name: str, value) -> int:
+    """A whole number above zero (numpy's too, not a bool), returned as an int."""
+    if isinstance(value, bool) or not isinstance(value, int) and not type(value).__name__.startswith(("int", "uint")):
+        raise LongctxError(f"{name} must be a positive integer, got {value!r}.")
+    if value <= 0:
+        raise LongctxError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def is_power_of_two(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0 and not value & (value - 1)
+
+
 def check_choice(what: str, value, choices) -> None:
     """Refuse a value outside a fixed set, naming the set (the one spelling of "Unknown X; use one of …")."""
     if value not in choices:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~10 s to estimate)
 

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LongctxError, check_choice
-from .paths import user_path
+from longctx.errors import LongctxError, check_choice
+from longctx.paths import user_path
 
 
 @dataclass(frozen=True)
@@ -343,7 +343,7 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
 
 def to_device(model):
     """`model` on this machine's accelerator (the CUDA device torch has current), or left on the CPU."""
-    from . import device
+    from longctx import device
 
     return model if device() == "cpu" else model.to(device())
 

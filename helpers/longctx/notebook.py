@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import quiet, versions
-from .paths import build_dir
+from longctx import quiet, versions
+from longctx.paths import build_dir
 
 
 def jsonable(value):
@@ -38,7 +38,7 @@ def jsonable(value):
 
 def write_json_atomic(path: Path, payload: dict) -> None:
     """Write to a temporary file and rename: a reader never sees half a file."""
-    from .outputs import atomic
+    from longctx.files import atomic
 
     with atomic(path) as tmp:
         tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True))
@@ -64,7 +64,7 @@ class Session:
 
     def save_figure(self, fig, name: str) -> list[Path]:
         """`name`.png and .svg of `fig` in this run's figures folder."""
-        from . import plots
+        from longctx import plots
 
         return plots.save_figure(fig, name, self.figures)
 

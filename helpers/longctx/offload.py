@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 MODES = (False, True, "host-pool")
 

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _folder(variable: str, default: Path) -> Path:
     """The folder an environment variable names (an empty one counts as unset), created if missing."""
-    from .errors import LongctxError
+    from longctx.errors import LongctxError
 
     path = user_path(os.environ.get(variable) or default, variable)
     try:
@@ -29,7 +29,7 @@ def user_path(text, what: str = "The path", *, resolve: bool = False, room: int 
     links), refused with the fix when it cannot name a file here: no such user for `~name`, a name over the
     file system's 255 bytes (less `room`, for the suffix a temporary sibling adds), a path over 4095, a loop
     of symbolic links, a control character (a line break pasted into a name)."""
-    from .errors import LongctxError
+    from longctx.errors import LongctxError
 
     text = os.fspath(text)
     if not text.strip():

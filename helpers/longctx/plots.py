@@ -13,8 +13,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .memory.profile import CATEGORIES, GIB, MIB
-from .outputs import atomic
+from longctx.files import atomic
+from longctx.units import CATEGORIES, GIB, MIB
 
 STYLE = {
     "figure.figsize": (7.5, 4.0),
@@ -90,7 +90,7 @@ def panels(ncols: int, figsize: tuple[float, float]):
 def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
     """Write `name`.png and `name`.svg into `folder` (no timestamps, so identical inputs give identical files;
     a lesson writes through its session: `session.save_figure`)."""
-    from .paths import slug
+    from longctx.paths import slug
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -283,7 +283,7 @@ def loss_along_sequence(
 ):
     """Per-token loss against position, one faint raw line and one smoothed line per curve, the end of
     the trained range marked, and the unigram entropy as a reference level."""
-    from .curves import smooth
+    from longctx.curves import smooth
 
     ax = axes(ax)
     for name, curve in curves.items():
@@ -305,7 +305,7 @@ def loss_along_sequence(
 @styled
 def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: int = 32, label: str = "difference"):
     """A paired per-position difference (smoothed) around zero, the trained range marked."""
-    from .curves import smooth
+    from longctx.curves import smooth
 
     ax = axes(ax)
     ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)

@@ -13,7 +13,7 @@ import importlib
 import json
 from dataclasses import dataclass, field
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 # The arguments that switch each lever on, in the order a snippet shows them.
 LEVERS = {

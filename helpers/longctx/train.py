@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import device, quiet
-from .errors import LongctxError
+from longctx import device, quiet
+from longctx.errors import LongctxError
 
 LOSSES = ("chunked", "plain")
 
@@ -56,7 +56,7 @@ class TrainConfig:
                 raise LongctxError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
         import torch
 
-        from .offload import check_offload
+        from longctx.offload import check_offload
 
         check_offload(
             self.offload,
@@ -70,7 +70,7 @@ class TrainConfig:
         """The trl.SFTConfig this object stands for, as a recipe.Call: built by `sft_config`, printed by the lessons."""
         from trl import SFTConfig
 
-        from .recipe import Call
+        from longctx.recipe import Call
 
         target = self.for_device or device()
         bf16 = self.bf16
@@ -164,7 +164,7 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
     callbacks = list(callbacks or [])
     pool = None
     if cfg.offload == "host-pool":
-        from .offload import HostPool
+        from longctx.offload import HostPool
 
         pool = HostPool()
         callbacks.append(_host_pool_callback(pool))

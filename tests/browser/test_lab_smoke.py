@@ -40,7 +40,7 @@ def lab(tmp_path):
     shutil.copytree(REPO / "notebooks", root, ignore=shutil.ignore_patterns("params"))
     port, token = _free_port(), "longctx-smoke"
     env = dict(os.environ, LONGCTX_BUILD=str(tmp_path / "build"), JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter"))
-    from longctx import lab as longctx_lab
+    from longctx.tools import lab as longctx_lab
 
     longctx_lab.write_settings()  # what `longctx lab` does before it starts JupyterLab
     proc = subprocess.Popen(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..errors import LongctxError, check_choice
+from longctx.errors import LongctxError, check_choice
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "nf4": 0.5}
 METHODS = ("full", "lora", "qlora")

@@ -15,12 +15,14 @@ import time
 
 import torch
 
-from ..errors import LongctxError, check_choice
-from ..lengths import MAX_TOKENS
-from ..models import DTYPE_NAMES, torch_dtype
-from ..train import LOSSES
-from .measure import TimelineTracker
-from .profile import CATEGORIES, GIB, MemoryProfile
+from longctx.errors import LongctxError, check_choice
+from longctx.lengths import MAX_TOKENS
+from longctx.memory import gpu_kernels
+from longctx.memory.measure import TimelineTracker
+from longctx.memory.profile import MemoryProfile
+from longctx.models import DTYPE_NAMES, torch_dtype
+from longctx.train import LOSSES
+from longctx.units import CATEGORIES, GIB
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 MAX_VOCAB = 2**21  # 8 × the largest vocabularies of released LMs (262,144); the fused head's tiles grow with it
@@ -42,7 +44,7 @@ def check_model(cfg) -> None:
     positive integers."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-    from ..data import check_positive_int
+    from longctx.errors import check_positive_int
 
     kind = getattr(cfg, "model_type", "")
     encoder = kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
@@ -107,7 +109,7 @@ def check_levers(
     optim: str = "fused",
     attn_implementation: str = "sdpa",
 ) -> None:
-    from ..data import check_positive_int
+    from longctx.errors import check_positive_int
 
     check_model(cfg)
     check_positive_int("seq_len", seq_len)
@@ -181,11 +183,11 @@ def build_step(
     passed to transformers (flash_attention_2 as compat's stand-in, fake tensors only)."""
     from transformers import AutoModelForCausalLM
 
-    from .. import compat
+    from longctx import compat
 
     torch.manual_seed(seed)
     if attn_implementation == "flash_attention_2":
-        attn_implementation = compat.register_flash_attention_2()
+        attn_implementation = compat.register_flash_attention_2(gpu_kernels)
     # the dtype the caller set as default (the estimate's `dtype`): from_config would otherwise take a dtype the
     # config names ("dtype": "bfloat16" in most hub configs) over it
     try:
@@ -202,7 +204,7 @@ def build_step(
                 "estimate without it (checkpointing=False, --no-checkpointing)."
             )
         if offload:  # transformers' save_on_cpu-around-checkpoint, with `meta` as the host
-            from ..offload import install
+            from longctx.offload import install
 
             install(net, _to_host, _to_device)
         else:
@@ -252,8 +254,8 @@ def build_step(
 
 
 def check_cp(cfg, seq_len: int, cp_size: int, *, mixed_precision: bool, fake: bool, dtype: str) -> None:
-    from ..data import check_positive_int
-    from ..parallel import check_plan
+    from longctx.errors import check_positive_int
+    from longctx.shapes import check_plan
 
     check_positive_int("cp_size", cp_size)
     if cp_size & (cp_size - 1):
@@ -266,7 +268,7 @@ def check_cp(cfg, seq_len: int, cp_size: int, *, mixed_precision: bool, fake: bo
         if not fake:
             raise LongctxError(
                 "A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
-                "go through longctx.parallel.launch."
+                "go through longctx.levers.parallel.launch."
             )
     if mixed_precision and (cp_size == 1 or dtype != "bf16"):
         raise LongctxError(
@@ -285,7 +287,7 @@ def _fake_mesh(cp_size: int):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from .. import compat
+    from longctx import compat
 
     if dist.is_initialized():
         raise LongctxError(
@@ -329,7 +331,7 @@ def estimate(
     rank's slice of the sequence, the ring's buffers), run under torch's fake process group."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .. import compat, models
+    from longctx import compat, models
 
     device = device or ("cuda" if fake else "cpu")
     cfg = models.config(model) if isinstance(model, str) else model
@@ -363,7 +365,7 @@ def estimate(
     fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
     build_dtype = torch.float32 if mixed_precision else DTYPES[dtype]
     # under CP the attention stays torch's CPU ring (the only ring a CPU build can run); the rest is the GPU's
-    kernels = compat.gpu_dispatch(attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
+    kernels = compat.gpu_dispatch(gpu_kernels, attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
     with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
         net, optimizer, step = build_step(
             cfg,
@@ -451,7 +453,7 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
     from 32 and 96 multiples lands next to the answer; the last fitting and first failing multiples
     are then closed in on by bisection, so the answer does not depend on which lengths were tried.
     `known` maps lengths already estimated (with the same levers) to their peaks in GiB."""
-    from ..data import check_positive_int
+    from longctx.errors import check_positive_int
 
     check_positive_int("multiple", multiple)
     if not capacity_gib > 0:

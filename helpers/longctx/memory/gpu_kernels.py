@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from ..errors import LongctxError
+from longctx.errors import LongctxError
 
 
 def _round_up(n: int, to: int) -> int:

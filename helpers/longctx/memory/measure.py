@@ -9,17 +9,20 @@ FakeTensorMode, so measured and estimated profiles are built by the same code.
 
 from __future__ import annotations
 
+import pickle
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.distributed._tools.mem_tracker import _MemRefType
 
-from ..compat import FrozenParamsMemTracker
-from ..errors import LongctxError
-from .profile import CATEGORIES, PHASES, MemoryProfile
+from longctx.compat import FrozenParamsMemTracker
+from longctx.errors import LongctxError
+from longctx.memory.profile import MemoryProfile
+from longctx.units import CATEGORIES, GIB, PHASES
 
 _TRACKER_NAMES = {
     "Parameter": "parameters",
@@ -178,8 +181,6 @@ def measure(
     """
     device = tensor_device(device or next(model.parameters()).device)
     if device.type == "cuda":
-        from .cuda import measure_cuda
-
         return measure_cuda(step, model=model, optimizer=optimizer, band_bytes=band_bytes, device=device)
     if device.type != "cpu":
         raise LongctxError(f"measure() supports the 'cpu' and 'cuda' devices, not {str(device)!r}.")
@@ -190,3 +191,45 @@ def measure(
         step()
         tracker.record()
     return tracker.profile("memtracker")
+
+
+def measure_cuda(
+    step, *, model, optimizer=None, snapshot: str | Path | None = None, band_bytes: int = 0, device: str | torch.device = "cuda"
+) -> MemoryProfile:
+    """Run `step()` once on the GPU: MemTracker's categories and timeline (as on the CPU) next to the
+    caching allocator's `max_memory_allocated`; `snapshot` saves `_record_memory_history`'s pickle."""
+    if not torch.cuda.is_available():
+        raise LongctxError(
+            "measure(device='cuda') was asked but there is no CUDA device here; "
+            "measure on 'cpu', or estimate the full size with longctx.memory.estimate."
+        )
+    device = tensor_device(device)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    baseline = torch.cuda.memory_allocated(device)
+    if snapshot:
+        # python stacks only: symbolising C++ frames can take minutes when the snapshot is taken
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+    tracker = TimelineTracker(device, host="cpu", band_bytes=band_bytes)  # offloaded tensors land on "cpu"
+    tracker.track_external(model, optimizer)
+    try:
+        with tracker:
+            tracker.record()
+            step()
+            tracker.record()
+        torch.cuda.synchronize(device)
+    finally:
+        if snapshot:
+            Path(snapshot).write_bytes(pickle.dumps(torch.cuda.memory._snapshot()))
+            torch.cuda.memory._record_memory_history(enabled=None)
+    profile = tracker.profile("memtracker+cuda-allocator")
+    peak = torch.cuda.max_memory_allocated(device)
+    profile.note(
+        "cuda_allocator",
+        allocator_peak_bytes=peak,
+        allocator_baseline_bytes=baseline,
+        allocator_peak_gib=peak / GIB,
+        tracker_over_allocator=profile.peak_bytes / peak if peak else None,
+        snapshot=str(snapshot) if snapshot else None,
+    )
+    return profile

@@ -6,11 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-GIB = 2**30  # every byte count in longctx is shown in binary units: GiB and MiB
-MIB = 2**20
-# The categories every profile reports, in stacking order (bottom first).
-CATEGORIES = ("parameters", "buffers", "gradients", "optimizer", "activations", "temporaries", "other")
-PHASES = ("forward", "backward", "optimizer")
+from longctx.units import CATEGORIES, GIB, MIB, PHASES  # noqa: F401  (re-read by the profile's users)
+
 # What each producer records in MemoryProfile.meta, in one place: a key means one thing whoever made the profile
 # (MemoryProfile.note refuses a key its producer has not declared).
 META_KEYS = {

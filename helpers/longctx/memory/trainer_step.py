@@ -3,8 +3,8 @@ optimizer's `step`, on a batch from the trainer's own dataloader."""
 
 from __future__ import annotations
 
-from .measure import measure
-from .profile import MemoryProfile
+from longctx.memory.measure import measure
+from longctx.memory.profile import MemoryProfile
 
 
 def first_batch(trainer):
@@ -20,7 +20,7 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     optimizer = trainer.optimizer
     batch = batch if batch is not None else first_batch(trainer)
     model.train()
-    from ..train import host_pool
+    from longctx.train import host_pool
 
     pool = host_pool(trainer)
     if pool is not None:  # the CPU offload stand-in (TrainConfig(offload="host-pool"))
@@ -72,8 +72,8 @@ def sft_step_profile(
     """One real SFTTrainer step of `model` on `dataset` with the given loss and offload mode (see
     TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns); None keeps
     TRL's default."""
-    from ..compat import fused_head_tiles
-    from ..train import TrainConfig, make_trainer
+    from longctx.compat import fused_head_tiles
+    from longctx.train import TrainConfig, make_trainer
 
     cfg = TrainConfig(
         output_dir=output_dir,

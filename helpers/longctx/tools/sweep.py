@@ -28,10 +28,11 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import children, outputs
-from .errors import LongctxError, check_choice
-from .memory.profile import MIB
-from .paths import REPO, build_dir, slug, user_path
+from longctx import children
+from longctx import files as outputs
+from longctx.errors import LongctxError, check_choice
+from longctx.paths import REPO, build_dir, slug, user_path
+from longctx.units import MIB
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 MAX_POINTS = 10_000
@@ -43,7 +44,7 @@ OOM_WORDS = ("out of memory", "can't allocate memory")
 def parse_grid(items: list[str]) -> dict[str, list]:
     """`["SEQ_LEN=256,512", "LOSS=plain,chunked"]` → {"SEQ_LEN": [256, 512], "LOSS": ["plain", "chunked"]}.
     Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
-    from .harness import parse_value, split_top_level
+    from longctx.run.harness import parse_value, split_top_level
 
     if not items:
         raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
@@ -78,7 +79,7 @@ class Sweep:
     machine: str | None = None
 
     def __post_init__(self) -> None:
-        from .harness import SIZES, check_parameters, declared_parameters, resolve, size_params
+        from longctx.run.harness import SIZES, check_parameters, declared_parameters, resolve, size_params
 
         check_choice("size", self.size, SIZES)
         path = resolve(self.notebook)
@@ -101,7 +102,7 @@ class Sweep:
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
         self.out = outputs.claim_folder(self.out or default, "sweep", default=default, write=False)
-        from . import versions
+        from longctx import versions
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
         self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
@@ -109,7 +110,7 @@ class Sweep:
         code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
         self._versions["longctx_source"] = hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
-        from .paths import data_dir
+        from longctx.paths import data_dir
 
         self._data = _fingerprint(data_dir())  # corpus, tokenizer, token caches, parquet copy, base model: read once
 
@@ -126,7 +127,7 @@ class Sweep:
         """What determines the point's result — notebook, size, every parameter, library versions — hashed.
         A finished point is reused only under the same key."""
         if self.machine is None:
-            from .needs import machine
+            from longctx.run.needs import machine
 
             here = machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
@@ -144,8 +145,8 @@ class Sweep:
     def _inputs(self, point: dict) -> dict:
         """Fingerprints of the local files a point reads: model folders and datasets its parameters name
         (the base model for "base"), and the data folder. Replaced weights or edited data make a new experiment."""
-        from .base_model import checkpoint_dir
-        from .harness import PATH_PARAMETERS
+        from longctx.levers.base_model import checkpoint_dir
+        from longctx.run.needs import PATH_PARAMETERS
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
@@ -236,8 +237,8 @@ def _is_stale(tmp: Path) -> bool:
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
     """Execute one point into `folder` atomically and return its record (also written as point.json).
     Safe to call in another process (SLURM job, pool worker)."""
-    from . import harness
-    from .notebook import write_json_atomic
+    from longctx.notebook import write_json_atomic
+    from longctx.run import harness
 
     folder = Path(folder)
     if is_done(folder, key):
@@ -295,11 +296,11 @@ def run(
         )
     if executor == "slurm" and sweep.machine is None:
         sweep.machine = f"slurm partition={(slurm or {}).get('partition')} gpus={(slurm or {}).get('gpus', 0)}"
-    from .data import require_corpus
+    from longctx.data import require_corpus
 
     require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
-        from . import needs
+        from longctx.run import needs
 
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
@@ -456,7 +457,7 @@ def table(sweep: Sweep) -> list[dict]:
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
-    from .notebook import jsonable
+    from longctx.notebook import jsonable
 
     rows = table(sweep)
     columns = list(dict.fromkeys(k for row in rows for k in row))
@@ -474,7 +475,7 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
 def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
     """`metric` against the first grid key, one line per combination of the other keys; failed points
     (out of memory included) are marked on the x axis."""
-    from . import plots
+    from longctx import plots
 
     if not any(metric in r for r in rows):
         known = sorted({k for r in rows for k in r if k not in sweep.grid})

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .outputs import atomic
+from longctx.files import atomic
 
 # @jupyterlab/apputils-extension:notification (JupyterLab 4): with fetchNews left at "none" the first start
 # asks "Would you like to get notified about official Jupyter news?"; "false" answers it as no

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 
 def resolve_pad(pad_to_multiple_of, device_type: str):
@@ -101,7 +101,7 @@ def padded_config(
     for_device: str | None = None,
 ):
     """The TrainConfig of the trainer the lesson compiles (see `padded_trainer`)."""
-    from .train import TrainConfig
+    from longctx.train import TrainConfig
 
     extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
     if compile:
@@ -134,7 +134,7 @@ def padded_trainer(
 ):
     """The SFTTrainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or "auto",
     which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
-    from .train import make_trainer
+    from longctx.train import make_trainer
 
     cfg = padded_config(
         pad_to_multiple_of=pad_to_multiple_of,

@@ -10,10 +10,8 @@ from functools import lru_cache
 
 import yaml
 
-from .errors import LongctxError
-from .paths import notebooks_dir
-
-SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2**32 - 1
+from longctx.errors import SEED_LIMIT, LongctxError, is_power_of_two
+from longctx.paths import notebooks_dir
 
 
 @lru_cache(maxsize=None)
@@ -27,8 +25,8 @@ def _number(value) -> bool:
 
 def _local_model(value: str) -> bool:
     """Whether a model name is a local model: a config.json, or a folder holding one."""
-    from .models import is_local_config
-    from .paths import user_path
+    from longctx.models import is_local_config
+    from longctx.paths import user_path
 
     try:
         return is_local_config(user_path(value, "The model"))
@@ -48,18 +46,17 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
     if rule == "non_negative":
         return None if value >= 0 else "must not be negative"
     if rule == "power_of_two":
-        ok = isinstance(value, int) and value > 0 and not value & (value - 1)
-        return None if ok else "must be a power of two (1, 2, 4, 8, ...)"
+        return None if is_power_of_two(value) else "must be a power of two (1, 2, 4, 8, ...)"
     if rule == "seed":
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
         return None if ok else f"must be a whole number from 0 to {SEED_LIMIT - 1:,} (numpy and transformers' set_seed)"
     if rule == "estimable":  # a length the fake-tensor estimator takes
-        from .lengths import MAX_TOKENS
+        from longctx.lengths import MAX_TOKENS
 
         ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
         return None if ok else f"must be a whole number of tokens from 1 to {MAX_TOKENS:,} (what the estimator takes)"
     if rule == "card":  # a GPU the estimates are held against
-        from .cards import capacity
+        from longctx.memory.cards import capacity
 
         try:
             capacity(value)
@@ -67,7 +64,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
             return f"is not a card: {str(exc).rstrip('.')}"
         return None
     if rule == "weights":  # a model the lesson loads with its weights and trains
-        from .models import PRESETS, has_weights
+        from longctx.models import PRESETS, has_weights
 
         # names that are no model at all are refused afterwards, with the list of what is (models.check_spec)
         if not isinstance(value, str) or value in (*PRESETS, "base") or not _local_model(value) or has_weights(value):
@@ -127,7 +124,7 @@ def _fails(rule, value, params: dict, on_cpu: bool = True) -> str | None:
 
 @lru_cache(maxsize=64)
 def _step_gib(model: str, dtype: str, seq_len: int, batch: int, loss: str, checkpointing: bool) -> float:
-    from .memory.estimate import estimate
+    from longctx.memory.estimate import estimate
 
     return estimate(model, seq_len, batch=batch, dtype=dtype, device="cpu", loss=loss, checkpointing=checkpointing).peak_gib
 
@@ -136,8 +133,8 @@ def _step_floor_gib(model: str, dtype: str, tokens: int, loss: str, checkpointin
     """Less than any training step of `tokens` needs, from the config alone: each layer's saved (tokens × hidden)
     input, without checkpointing also its MLP's (tokens × intermediate) activation (with it, the one layer being
     computed still makes one), and with the plain loss the (tokens × vocabulary) logits."""
-    from .memory.profile import GIB
-    from .models import config, torch_dtype
+    from longctx.models import config, torch_dtype
+    from longctx.units import GIB
 
     text = config(model).get_text_config()
     inter = getattr(text, "intermediate_size", 0)
@@ -160,8 +157,8 @@ def _step_too_big(seq_len, arg: dict, params: dict) -> str | None:
     estimate (seconds) runs only when the floor comes within CLEAR_SHARE of the free memory."""
     import psutil
 
-    from .memory.profile import GIB
-    from .models import PRESETS
+    from longctx.models import PRESETS
+    from longctx.units import GIB
 
     model, dtype = params.get(arg["model"]), params.get(arg.get("dtype", "fp32"), arg.get("dtype", "fp32"))
     if (

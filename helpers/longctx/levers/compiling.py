@@ -21,9 +21,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import quiet
-from .errors import LongctxError
-from .padding import Census, check_padding, padded_trainer, shape_census
+from longctx import quiet
+from longctx.errors import LongctxError
+from longctx.levers.padding import Census, check_padding, padded_trainer, shape_census
 
 
 @dataclass
@@ -291,8 +291,8 @@ def grpo_call(
     """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints)."""
     from trl import GRPOConfig
 
-    from . import device
-    from .recipe import Call
+    from longctx import device
+    from longctx.recipe import Call
 
     return Call(
         GRPOConfig,

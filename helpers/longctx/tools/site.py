@@ -18,15 +18,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .errors import LongctxError, check_choice
-from .paths import REPO, build_dir
+from longctx.errors import LongctxError, check_choice
+from longctx.paths import REPO, build_dir
 
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 
 
 def runs_on_disk(size: str) -> dict[str, Path]:
     """notebook → its executed copy under build/<notebook>/, where results.json says it ran at `size`."""
-    from . import harness
+    from longctx.run import harness
 
     found = {}
     for name in harness.notebooks():
@@ -52,7 +52,8 @@ def build(
     """Build the site for the runs at `size` (`runs`: notebook → executed .ipynb beside its results.json;
     default: what `longctx run` / `make` left in build/) into `out` (default build/site/<size>/), and return
     the folder. `figures`: the folder `longctx figures` wrote (default build/figures/<size>/, if present)."""
-    from . import harness, outputs
+    from longctx import files as outputs
+    from longctx.run import harness
 
     check_installed()
     check_choice("size", size, harness.SIZES)
@@ -85,7 +86,7 @@ def check_installed() -> None:
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:
-    from . import harness
+    from longctx.run import harness
 
     names = list(harness.notebooks())
     (docs / "lessons").mkdir(parents=True)
@@ -236,7 +237,7 @@ def _mkdocs_build(config: Path, progress: bool) -> None:
 def _replace_folder(new: Path, out: Path) -> None:
     """`new` becomes `out`: moved beside it first (same file system), then swapped in; the old site goes
     only once the new one is in place. `out` is new, empty, or a site this command built."""
-    from . import outputs
+    from longctx import files as outputs
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))

@@ -7,12 +7,12 @@ import json
 import os
 import sys
 
-from .errors import LongctxError
-from .lengths import parse_length
+from longctx.errors import LongctxError
+from longctx.lengths import parse_length
 
 
 def _cmd_run(args) -> None:
-    from . import harness
+    from longctx.run import harness
 
     overrides = harness.parse_overrides(args.param or [])
     r = harness.run(args.notebook, args.size, overrides, out=args.out, progress=not args.quiet)
@@ -20,7 +20,8 @@ def _cmd_run(args) -> None:
 
 
 def _cmd_sweep(args) -> None:
-    from . import harness, sweep
+    from longctx.run import harness
+    from longctx.tools import sweep
 
     slurm = {k: v for k, v in (("partition", args.partition), ("gpus", args.gpus), ("time", args.time)) if v is not None}
     sw = sweep.Sweep(
@@ -39,14 +40,14 @@ def _cmd_sweep(args) -> None:
 
 
 def _cmd_figures(args) -> None:
-    from . import figures
+    from longctx.tools import figures
 
     out = figures.regenerate(args.size, args.out, progress=not args.quiet, force=args.force)
     print(f"{len(figures.GUIDE_FIGURES)} guide figures (PNG + SVG) and index.md → {out}")
 
 
 def _cmd_pretrain(args) -> None:
-    from . import base_model
+    from longctx.levers import base_model
 
     kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k, None) is not None}
     out = base_model.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
@@ -54,13 +55,13 @@ def _cmd_pretrain(args) -> None:
 
 
 def _cmd_all(args) -> None:
-    from . import harness
+    from longctx.run import harness
 
     harness.run_all(args.size, args.notebooks or None, progress=not args.quiet)
 
 
 def _cmd_list(args) -> None:
-    from . import harness, needs
+    from longctx.run import harness, needs
 
     if args.markdown:
         print(needs.markdown())
@@ -73,8 +74,8 @@ def _cmd_list(args) -> None:
 
 
 def _cmd_data(args) -> None:
-    from . import data
-    from .paths import data_dir, user_path
+    from longctx import data
+    from longctx.paths import data_dir, user_path
 
     if args.verify:
         named = os.environ.get("LONGCTX_DATA")
@@ -111,8 +112,8 @@ def _cmd_lab(args) -> None:
     import importlib.util
     import os
 
-    from . import lab
-    from .paths import notebooks_dir, user_path
+    from longctx.paths import notebooks_dir, user_path
+    from longctx.tools import lab
 
     if importlib.util.find_spec("jupyterlab") is None:
         raise LongctxError("JupyterLab is not installed in this environment: pip install -e '.[lab]' (or `make lab`).")
@@ -133,22 +134,23 @@ def _cmd_lab(args) -> None:
 
 
 def _cmd_site(args) -> None:
-    from . import site
+    from longctx.tools import site
 
     out = site.build(args.size, args.out, progress=not args.quiet)
     print(f"site of the {args.size} run → {out / 'index.html'}")
 
 
 def _cmd_presets(args) -> None:
-    from .models import PRESETS
+    from longctx.models import PRESETS
 
     for p in PRESETS.values():
         print(f"{p.name:16s} {p.description}" + (f"  (weights: {p.hub_id})" if p.hub_id else ""))
 
 
 def _cmd_estimate(args) -> None:
-    from . import cards, versions
-    from .memory.estimate import estimate
+    from longctx import versions
+    from longctx.memory import cards
+    from longctx.memory.estimate import estimate
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
@@ -196,8 +198,9 @@ def _cmd_estimate(args) -> None:
 
 
 def _cmd_plan(args) -> None:
-    from . import cards, versions
-    from .plan import plan, table
+    from longctx import versions
+    from longctx.memory import cards
+    from longctx.memory.plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
     result = plan(

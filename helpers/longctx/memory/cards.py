@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .errors import LongctxError
-from .memory.profile import GIB, MIB
+from longctx.errors import LongctxError
+from longctx.units import GIB, MIB
 
 # nvidia-smi's totals as a cloud provider listed them for its fleet (modal-labs/modal-client pull request 2797,
 # github.com/modal-labs/modal-client/pull/2797, January 2025)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from .errors import LongctxError
-from .memory.profile import GIB
+from longctx.errors import LongctxError
+from longctx.units import GIB
 
 
 def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
@@ -30,8 +30,8 @@ def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
 
 
 def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
-    from .data import check_positive_int
-    from .parallel import check_plan
+    from longctx.errors import check_positive_int
+    from longctx.shapes import check_plan
 
     check_positive_int("seq_len", seq_len)
     check_positive_int("gpus", gpus)
@@ -45,14 +45,14 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
         raise LongctxError(f"gpu_memory_gib (--gpu) must be a positive number of GiB, got {gpu_memory_gib!r}.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
-    from .memory.estimate import check_levers
+    from longctx.memory.estimate import check_levers
 
     check_levers(cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1)  # model, length
 
 
 def _estimate(args):
     model, seq_len, kwargs = args
-    from .memory.estimate import estimate
+    from longctx.memory.estimate import estimate
 
     profile = estimate(model, seq_len, **kwargs)
     return profile.peak_gib, profile.meta["wall_seconds"]
@@ -73,7 +73,8 @@ def plan(
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`)."""
     from tqdm.auto import tqdm
 
-    from . import cards, children, models
+    from longctx import children, models
+    from longctx.memory import cards
 
     cfg = models.config(model)
     check(cfg, seq_len, gpus, gpu_memory_gib)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .errors import LongctxError
-from .paths import build_dir
+from longctx.errors import LongctxError
+from longctx.paths import build_dir
 
 # The guide's figure names and the notebook that draws each one.
 GUIDE_FIGURES = {
@@ -31,7 +31,8 @@ def regenerate(
     copy the figures into `out` (default build/figures/<size>/) and write index.md there. `out` may hold
     this command's earlier output; anything else in it is refused before a notebook runs (`force`: keep
     it, add the figures beside it)."""
-    from . import harness, needs, outputs
+    from longctx import files as outputs
+    from longctx.run import harness, needs
 
     writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
     out = outputs.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, force=force)

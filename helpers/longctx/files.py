@@ -12,9 +12,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import LongctxError
-from .memory.profile import MIB
-from .paths import user_path
+from longctx.errors import LongctxError
+from longctx.paths import user_path
+from longctx.units import MIB
 
 # bytes kept free in an output folder's name: the temporary siblings add ".", ".tmp-" and a host/PID suffix
 OUT_ROOM = 64

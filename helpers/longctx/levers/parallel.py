@@ -8,7 +8,7 @@
   attention, so each rank attends over the whole sequence for some heads: at most as many ranks as
   KV heads, and a divisor of them.
 
-`launch()` starts an N-process run of `longctx.cp_worker` through torchrun (gloo on CPUs, NCCL on
+`launch()` starts an N-process run of `longctx.levers.cp_worker` through torchrun (gloo on CPUs, NCCL on
 GPUs), shows progress, collects every rank's results and fails with the run's own error text.
 Every refusal below is raised before a process starts.
 """
@@ -24,76 +24,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import children
-from .errors import LongctxError, check_choice
+from longctx import children
+from longctx.errors import LongctxError, check_choice
+from longctx.shapes import attention_kinds, check_plan, padded_length  # noqa: F401  (the lesson reads them here)
 
 MODES = ("single", "cp", "sp")
-
-
-def padded_length(seq_len: int, cp_size: int) -> int:
-    """The next length CP accepts: a multiple of 2·cp_size."""
-    step = 2 * cp_size
-    return -(-seq_len // step) * step
-
-
-def attention_kinds(cfg) -> set[str]:
-    """The attention kinds a config's layers use ("full_attention", "sliding_attention", ...)."""
-    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    layer_types = getattr(cfg, "layer_types", None)
-    kinds = set(layer_types or ["full_attention"])
-    # Mistral-style configs have only `sliding_window` (then every layer slides); Qwen-style ones also a
-    # `use_sliding_window` switch
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
-        kinds = kinds | {"sliding_attention"} if layer_types else {"sliding_attention"}
-    if getattr(cfg, "attention_chunk_size", None):
-        kinds.add("chunked_attention")
-    return kinds
-
-
-def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing: bool = False) -> None:
-    """Refuse what CP/SP cannot run, naming the fix."""
-    from .data import check_positive_int
-
-    check_positive_int("seq_len", seq_len)
-    check_positive_int("cp_size", cp_size)
-    check_positive_int("sp_size", sp_size)
-    if cp_size > 1 and sp_size > 1:
-        raise LongctxError(
-            f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism "
-            "(FSDP2) or DeepSpeed Ulysses, not both in one run; choose one of them."
-        )
-    if cp_size > 1:
-        if packing:
-            raise LongctxError(
-                "Packing cannot be used with context parallelism: CP replaces the attention mask by "
-                "is_causal=True, so packed documents would attend across their boundaries. Set "
-                "packing=False (one sequence per row), or cp_size=1."
-            )
-        if 2 * cp_size > seq_len:
-            raise LongctxError(
-                f"cp_size={cp_size} cuts the sequence into {2 * cp_size:,} chunks, more than its {seq_len:,} tokens: "
-                f"use at most {seq_len // 2:,} ranks (fewer GPUs) or a longer sequence."
-            )
-        if seq_len % (2 * cp_size):
-            raise LongctxError(
-                f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "
-                f"{padded_length(seq_len, cp_size)} (pad_to_multiple_of={2 * cp_size})."
-            )
-        other = attention_kinds(cfg) - {"full_attention"}
-        if other:
-            raise LongctxError(
-                f"This model has {', '.join(sorted(other))} layers; context parallelism supports full "
-                "causal attention only. Use a model without sliding-window/chunked layers, or Ulysses "
-                "sequence parallelism (sp_size) instead."
-            )
-    if sp_size > 1:
-        kv = cfg.get_text_config().num_key_value_heads if hasattr(cfg, "get_text_config") else cfg.num_key_value_heads
-        if sp_size > kv or kv % sp_size:
-            fits = [n for n in range(1, kv + 1) if kv % n == 0]
-            raise LongctxError(
-                f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): "
-                f"use one of {fits}, or context parallelism for more ranks."
-            )
 
 
 def deepspeed_available() -> bool:
@@ -127,7 +62,7 @@ class ParallelRun:
 
     def sft_call(self):
         """The SFTConfig every rank of this run built, as a recipe.Call (what lesson 04 prints)."""
-        from .cp_worker import sft_call
+        from longctx.levers.cp_worker import sft_call
 
         return sft_call(json.loads((self.out / "spec.json").read_text()), self.nprocs)
 
@@ -152,8 +87,8 @@ def launch(
 ) -> ParallelRun:
     """Run one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over
     `nprocs` processes."""
-    from . import device as current_device
-    from . import models
+    from longctx import device as current_device
+    from longctx import models
 
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
@@ -196,7 +131,7 @@ def launch(
         "--standalone",
         f"--nproc_per_node={nprocs}",
         "-m",
-        "longctx.cp_worker",
+        "longctx.levers.cp_worker",
         str(out / "spec.json"),
     ]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")

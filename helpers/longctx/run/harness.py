@@ -20,9 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from . import children, needs, outputs, quiet
-from .errors import LongctxError, check_choice
-from .paths import build_dir, notebooks_dir, user_path
+from longctx import children, quiet
+from longctx import files as outputs
+from longctx.errors import LongctxError, check_choice
+from longctx.paths import build_dir, notebooks_dir, user_path
+from longctx.run import needs
+from longctx.run.needs import MODEL_PARAMETERS, PATH_PARAMETERS
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
@@ -76,7 +79,7 @@ def sizes(notebook: Path) -> list[str]:
 
 def size_params(notebook: Path, size: str) -> dict:
     if size == REHEARSAL:
-        from .paths import data_dir
+        from longctx.paths import data_dir
 
         rehearsal = {
             k: v.format(data=data_dir()) if isinstance(v, str) else v for k, v in _size_file(notebook, REHEARSAL).items()
@@ -226,15 +229,11 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
-MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL")  # parameters that name a model
-PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kernel reads
-
-
 def _absolute(value):
     """A relative path that exists here, made absolute: the kernel runs in the output folder. Names the
     library gives a meaning (a preset, "base", the corpus) keep it, whatever the current folder holds."""
-    from .data import CORPUS
-    from .models import PRESETS
+    from longctx.data import CORPUS
+    from longctx.models import PRESETS
 
     if not isinstance(value, str) or value in PRESETS or value in ("base", CORPUS) or Path(value).is_absolute():
         return value
@@ -255,25 +254,25 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
                 f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
                 f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}{quote}."
             )
-    from . import rules
+    from longctx.run import rules
 
     on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
     rules.check(notebook.stem, {**declared, **values}, on_cpu=on_cpu, weights=weights)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source, before any kernel starts
-        from .data import check_dataset
+        from longctx.data import check_dataset
 
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
     for key in MODEL_PARAMETERS:
         if isinstance(values.get(key), str):
-            from .models import check_spec
+            from longctx.models import check_spec
 
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if notebook.stem == "02_yarn" and {**declared, **values}.get("MODEL") == "base":  # the committed base model
-        from .base_model import manifest
+        from longctx.levers.base_model import manifest
 
         manifest()
     if isinstance(values.get("DTYPE"), str):
-        from .models import torch_dtype
+        from longctx.models import torch_dtype
 
         torch_dtype(values["DTYPE"])
 
@@ -316,7 +315,7 @@ def run(
     check_parameters(notebook, params, size)
     params = {k: _absolute(v) if k in PATH_PARAMETERS else v for k, v in params.items()}
     needs.check(notebook.stem, size, params)
-    from .data import require_corpus
+    from longctx.data import require_corpus
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=outputs.OUT_ROOM)

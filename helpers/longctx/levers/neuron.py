@@ -3,7 +3,7 @@ accepts, and which torch.compile backend a device compiles with."""
 
 from __future__ import annotations
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 # The guide: NEURON_RT_VISIBLE_CORES accepts these subsets of a trn2.3xlarge's 4 logical cores; other
 # pairs (e.g. 1,2) fail when the Neuron runtime sets up collectives across them.

@@ -9,7 +9,7 @@ import gc
 import numpy as np
 import torch
 
-from .errors import LongctxError
+from longctx.errors import LongctxError
 
 
 @torch.no_grad()
@@ -44,10 +44,11 @@ def load_model(
     """ "base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
     length must be given, in `dtype`, on this machine's accelerator. With `wanted`, YaRN is set for
     wanted / trained positions (`beta_fast`: None = transformers' default)."""
-    from . import models, rope
+    from longctx import models
+    from longctx.levers import rope
 
     if spec == "base":
-        from .base_model import load_base
+        from longctx.levers.base_model import load_base
 
         return load_base(wanted=wanted, beta_fast=beta_fast)
     if not trained:
@@ -84,7 +85,7 @@ def parked(*models):
 def tokenizer_for(spec: str):
     """The tokenizer that goes with the model: the corpus BPE for "base" (it was trained on the corpus's
     ids), the model's own for a hub id or a model folder."""
-    from . import data
+    from longctx import data
 
     return data.tokenizer() if spec == "base" else data.tokenizer_for(spec)
 
@@ -92,6 +93,6 @@ def tokenizer_for(spec: str):
 def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out: bool = True, seed: int = 0):
     """`n` windows of `length` tokens of held-out text (the corpus's validation books, a `datasets`
     source's test split) or, with held_out=False, training text. `tokenizer` None: the corpus BPE."""
-    from . import data
+    from longctx import data
 
     return data.long_sequences(length, n, "validation" if held_out else "train", dataset=dataset, tokenizer=tokenizer, seed=seed)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import LongctxError
-from .paths import data_dir, user_path
-from .rules import SEED_LIMIT
+from longctx.errors import SEED_LIMIT, LongctxError
+from longctx.paths import data_dir, user_path
 
 BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
     "preset": "small",
@@ -58,8 +57,9 @@ def pretrain(
     """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`. A
     folder that already holds a model (the committed data/yarn-base by default) is refused before
     training unless `force`, and then only the model's own files are replaced."""
-    from . import data, models, outputs
-    from .train import TrainConfig, run_sft
+    from longctx import data, models
+    from longctx import files as outputs
+    from longctx.train import TrainConfig, run_sft
 
     params = dict(
         preset=preset,
@@ -130,7 +130,7 @@ def pretrain(
 
 def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_rate, warmup_steps, seed) -> None:
     """Every `longctx pretrain` option in range, named by its flag, before a model is built."""
-    from . import data, models
+    from longctx import data, models
 
     if models.preset(preset).config.get("vocab_size") != data.VOCAB_SIZE:
         cpu = [name for name, p in models.PRESETS.items() if p.config.get("vocab_size") == data.VOCAB_SIZE]
@@ -166,8 +166,8 @@ def load_base(
     """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from . import rope
-    from .models import from_pretrained
+    from longctx.levers import rope
+    from longctx.models import from_pretrained
 
     path = Path(path or checkpoint_dir())
     trained = manifest(path)["trained_length"]

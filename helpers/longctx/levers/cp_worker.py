@@ -1,11 +1,11 @@
-"""One rank of a multi-process run, started by torchrun (see longctx.parallel).
+"""One rank of a multi-process run, started by torchrun (see longctx.levers.parallel).
 
 Runs one real TRL SFTTrainer step: on one process ("single"), with context parallelism over all ranks
 ("cp": accelerate ParallelismConfig(cp_size=N) + FSDP2 + torch's ring attention), or with DeepSpeed
 Ulysses sequence parallelism ("sp"). Each rank writes rank<r>.json (loss, step time, its memory
 profile) and rank 0 writes the full gradients to grads.pt, so the launcher can compare with one process.
 
-Usage (what longctx.parallel runs): torchrun --standalone --nproc_per_node N -m longctx.cp_worker SPEC.json
+Usage (what longctx.levers.parallel runs): torchrun --standalone --nproc_per_node N -m longctx.levers.cp_worker SPEC.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def parallel_kwargs(mode: str, world: int) -> dict:
     FSDP2) or "sp" (DeepSpeed Ulysses); nothing for "single"."""
     from accelerate import ParallelismConfig
 
-    from .recipe import Call
+    from longctx.recipe import Call
 
     if mode == "cp":
         return dict(
@@ -56,7 +56,7 @@ def parallel_kwargs(mode: str, world: int) -> dict:
 
 def sft_call(spec: dict, world: int):
     """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds)."""
-    from .train import TrainConfig
+    from longctx.train import TrainConfig
 
     extra = dict(
         packing=False,
@@ -100,8 +100,8 @@ def main(spec_path: str) -> None:
     from transformers import TrainerCallback
     from trl import SFTTrainer
 
-    from . import compat, data, models, quiet
-    from .memory.measure import TimelineTracker
+    from longctx import compat, data, models, quiet
+    from longctx.memory.measure import TimelineTracker
 
     quiet.for_lessons()  # each rank's output reaches the notebook's log: the libraries' chatter would repeat per rank
     spec = json.loads(Path(spec_path).read_text())

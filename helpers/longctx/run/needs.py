@@ -17,8 +17,11 @@ from pathlib import Path
 
 import yaml
 
-from .errors import LongctxError
-from .paths import notebooks_dir
+from longctx.errors import LongctxError
+from longctx.paths import notebooks_dir
+
+MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL")  # parameters that name a model
+PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kernel reads
 
 ACCELERATORS = ("none", "cuda", "cuda-or-neuron")
 GB = 1e9  # cards are sold in decimal GB: an "80 GB" H100 reports about 85.5e9 bytes
@@ -102,7 +105,7 @@ def machine() -> Machine:
         if out.returncode:
             raise LongctxError(f"Could not read the GPUs' memory: {out.stderr.strip().splitlines()[-1:]}")
         return Machine("cuda", tuple(json.loads(out.stdout.strip().splitlines()[-1])))
-    from . import device
+    from longctx import device
 
     if device() == "neuron":  # torch-neuronx registers the device; its memory is not queried here
         return Machine("neuron", (0,) * max(1, torch.accelerator.device_count()))
@@ -112,8 +115,8 @@ def machine() -> Machine:
 def hub_ids(params: dict) -> list[str]:
     """The hub ids a run's parameters name (MODEL, DATASET, ...): values shaped like 'org/name' that are
     not local paths."""
-    from .harness import PATH_PARAMETERS
-    from .models import HUB_ID
+    from longctx.models import HUB_ID
+    from longctx.run.needs import PATH_PARAMETERS
 
     return [
         v for k, v in params.items() if isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists() and k in PATH_PARAMETERS

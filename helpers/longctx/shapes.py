@@ -1,0 +1,70 @@
+"""What a sequence's layout admits under context and sequence parallelism: the padded length, the
+attention kinds of a config, and the plan check every CP/SP entry point shares."""
+
+from __future__ import annotations
+
+from longctx.errors import LongctxError, check_positive_int
+
+
+def padded_length(seq_len: int, cp_size: int) -> int:
+    """The next length CP accepts: a multiple of 2·cp_size."""
+    step = 2 * cp_size
+    return -(-seq_len // step) * step
+
+
+def attention_kinds(cfg) -> set[str]:
+    """The attention kinds a config's layers use ("full_attention", "sliding_attention", ...)."""
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    layer_types = getattr(cfg, "layer_types", None)
+    kinds = set(layer_types or ["full_attention"])
+    # Mistral-style configs have only `sliding_window` (then every layer slides); Qwen-style ones also a
+    # `use_sliding_window` switch
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        kinds = kinds | {"sliding_attention"} if layer_types else {"sliding_attention"}
+    if getattr(cfg, "attention_chunk_size", None):
+        kinds.add("chunked_attention")
+    return kinds
+
+
+def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing: bool = False) -> None:
+    """Refuse what CP/SP cannot run, naming the fix."""
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("cp_size", cp_size)
+    check_positive_int("sp_size", sp_size)
+    if cp_size > 1 and sp_size > 1:
+        raise LongctxError(
+            f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism "
+            "(FSDP2) or DeepSpeed Ulysses, not both in one run; choose one of them."
+        )
+    if cp_size > 1:
+        if packing:
+            raise LongctxError(
+                "Packing cannot be used with context parallelism: CP replaces the attention mask by "
+                "is_causal=True, so packed documents would attend across their boundaries. Set "
+                "packing=False (one sequence per row), or cp_size=1."
+            )
+        if 2 * cp_size > seq_len:
+            raise LongctxError(
+                f"cp_size={cp_size} cuts the sequence into {2 * cp_size:,} chunks, more than its {seq_len:,} tokens: "
+                f"use at most {seq_len // 2:,} ranks (fewer GPUs) or a longer sequence."
+            )
+        if seq_len % (2 * cp_size):
+            raise LongctxError(
+                f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "
+                f"{padded_length(seq_len, cp_size)} (pad_to_multiple_of={2 * cp_size})."
+            )
+        other = attention_kinds(cfg) - {"full_attention"}
+        if other:
+            raise LongctxError(
+                f"This model has {', '.join(sorted(other))} layers; context parallelism supports full "
+                "causal attention only. Use a model without sliding-window/chunked layers, or Ulysses "
+                "sequence parallelism (sp_size) instead."
+            )
+    if sp_size > 1:
+        kv = cfg.get_text_config().num_key_value_heads if hasattr(cfg, "get_text_config") else cfg.num_key_value_heads
+        if sp_size > kv or kv % sp_size:
+            fits = [n for n in range(1, kv + 1) if kv % n == 0]
+            raise LongctxError(
+                f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): "
+                f"use one of {fits}, or context parallelism for more ranks."
+            )
