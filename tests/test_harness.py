@@ -37,7 +37,7 @@ def test_unknown_parameter_is_named_with_the_valid_ones():
     "key,value", [("SEQ_LEN", "long"), ("SEQ_LEN", 1.5), ("LEARNING_RATE", "fast"), ("MODEL", 3), ("SEQ_LEN", True)]
 )
 def test_wrong_type_is_refused(key, value):
-    with pytest.raises(LongctxError, match=f"{key} must be"):
+    with pytest.raises(LongctxError, match=f"{key}=.+ must be"):
         harness.run("00", "ci", {key: value})
 
 
@@ -193,7 +193,7 @@ def test_values_parse_the_way_a_person_reads_them():
         "G": "007",
         "H": 1e-3,
     }
-    with pytest.raises(LongctxError, match="SEQ_LEN must be int.*NoneType"):
+    with pytest.raises(LongctxError, match="SEQ_LEN=None must be a whole number, not NoneType"):
         harness.run("00", "ci", harness.parse_overrides(["SEQ_LEN=None"]))
 
 
@@ -262,13 +262,6 @@ def test_ranges_and_relations_are_refused_before_a_kernel_starts(tmp_path, name,
     with pytest.raises(LongctxError, match=fragment):
         harness.run(name, "cpu", harness.parse_overrides([override]), out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
-
-
-def test_every_rule_names_a_declared_parameter():
-    from longctx.run import rules
-
-    for name, declared in ((n, harness.declared_parameters(p)) for n, p in harness.notebooks().items()):
-        assert set(rules.table().get(name, {})) <= set(declared), name
 
 
 def test_a_full_disk_leaves_no_truncated_figure_and_says_so(tmp_path, monkeypatch):
@@ -478,7 +471,7 @@ def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
         (["estimate", "--model", "a" * 97 + "/b", "--seq-len", "1k"], "Unknown model preset"),
         (["run", "00", "--size", "ci", "--out", "   "], "--out is empty"),
         (["pretrain", "--out", "/tmp/" + "p" * 250, "--steps", "1"], "at most 191 bytes a name"),  # room for temporaries
-        (["run", "00", "--size", "ci", "-p", "SEED=4294967296"], "SEED=4294967296 must be a whole number from 0 to"),
+        (["run", "00", "--size", "ci", "-p", "SEED=4294967296"], "SEED=4294967296 must be at most 4,294,967,295"),
         (["pretrain", "--seed", "4294967296", "--out", "/tmp/never-made"], "--seed must be below 4,294,967,296"),
         (["run", "00", "--size", "ci", "-p", "SEED=1", "-p", "SEED=2"], "SEED is given twice"),
         (["run", "/any/dir/00_memory_primer", "--size", "ci"], "is a path but not a notebook file"),

@@ -138,7 +138,7 @@ def test_other_failures_are_recorded_and_retried(tmp_path):
     [
         ({}, "grid is empty"),
         ({"NOT_A_PARAM": [1, 2]}, "Its parameters: MODEL, DTYPE, SEQ_LEN"),
-        ({"SEQ_LEN": ["long"]}, "SEQ_LEN must be int"),
+        ({"SEQ_LEN": ["long"]}, "SEQ_LEN='long' must be a whole number"),
     ],
 )
 def test_bad_sweeps_are_refused(grid, fragment):

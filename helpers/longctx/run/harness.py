@@ -74,7 +74,7 @@ def resolve(name: str) -> Path:
 
 def sizes(notebook: Path) -> list[str]:
     folder = notebooks_dir() / "params" / notebook.stem
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.stem in SIZES)  # beside them: schema.yaml
 
 
 def size_params(notebook: Path, size: str) -> dict:
@@ -215,20 +215,6 @@ def split_top_level(text: str) -> list[str]:
     return parts + [current]
 
 
-def _type_ok(default, value) -> bool:
-    if default is None:
-        return True
-    if value is None:  # None only where the notebook's own default is None
-        return False
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple))
-    return isinstance(value, type(default))
-
-
 def _absolute(value):
     """A relative path that exists here, made absolute: the kernel runs in the output folder. Names the
     library gives a meaning (a preset, "base", the corpus) keep it, whatever the current folder holds."""
@@ -242,22 +228,14 @@ def _absolute(value):
 
 
 def check_parameters(notebook: Path, values: dict, size: str | None = None, *, weights: bool = True) -> None:
-    """Names, types, ranges and relations of `values` against the notebook's parameters cell and rules.yaml
-    (at `size`: a CPU size also bounds the processes a run starts; `weights`: see rules.check)."""
-    declared = declared_parameters(notebook)
-    for key, value in values.items():
-        if key not in declared:
-            raise LongctxError(f"{notebook.stem} has no parameter {key!r}. Its parameters: {', '.join(declared)}.")
-        if not _type_ok(declared[key], value):
-            quote = f" (quote it to pass it as text: -p '{key}=\"{value}\"')" if isinstance(declared[key], str) else ""
-            raise LongctxError(
-                f"{notebook.stem}: {key} must be {type(declared[key]).__name__} "
-                f"(like its default {declared[key]!r}), got {type(value).__name__} {value!r}{quote}."
-            )
-    from longctx.run import rules
+    """Names, types, ranges and relations of `values` against the notebook's schema (at `size`: a CPU size also
+    bounds the processes and the memory a run takes; `weights`: see schema.check), then the models and the text
+    source they name."""
+    from longctx.run import schema
 
+    declared = declared_parameters(notebook)
     on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
-    rules.check(notebook.stem, {**declared, **values}, on_cpu=on_cpu, weights=weights)
+    schema.check(notebook.stem, {**declared, **values}, on_cpu=on_cpu, weights=weights)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source, before any kernel starts
         from longctx.data import check_dataset
 
@@ -271,10 +249,6 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         from longctx.levers.base_model import manifest
 
         manifest()
-    if isinstance(values.get("DTYPE"), str):
-        from longctx.models import torch_dtype
-
-        torch_dtype(values["DTYPE"])
 
 
 def _is_json(path: Path) -> bool:

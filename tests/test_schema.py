@@ -1,0 +1,105 @@
+"""Parameter values a lesson cannot use, refused before a kernel starts by each notebook's schema
+(notebooks/params/<notebook>/schema.yaml, checked with jsonschema)."""
+
+import shutil
+
+import pytest
+
+from longctx import LongctxError, data, models
+from longctx.run import harness, schema
+
+
+def test_every_notebook_declares_its_parameters_once_and_its_sizes_follow_them():
+    for name, path in harness.notebooks().items():
+        declared = harness.declared_parameters(path)
+        assert list(schema.schema(name)["properties"]) == list(declared), name  # the same names, in the same order
+        for size in harness.sizes(path):
+            params = {**declared, **harness.size_params(path, size)}
+            schema.check(name, params, on_cpu=size != "gpu")  # every size file passes its own schema
+
+
+def test_every_whole_number_parameter_has_an_upper_bound():
+    loose = [
+        f"{name}.{key}"
+        for name in harness.notebooks()
+        for key, prop in schema.schema(name)["properties"].items()
+        if "integer" in (prop.get("type"), prop.get("items", {}).get("type"))
+        and "maximum" not in prop
+        and "maximum" not in prop.get("items", {})
+    ]
+    assert loose == []
+
+
+def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
+    from longctx.lengths import MAX_TOKENS
+
+    schema.check("06_one_million_tokens", {"SEQ_LEN": MAX_TOKENS, "GPUS": 8})
+    with pytest.raises(LongctxError, match=f"must be at most {MAX_TOKENS:,}"):
+        schema.check("06_one_million_tokens", {"SEQ_LEN": 2 * MAX_TOKENS, "GPUS": 8})
+    with pytest.raises(LongctxError, match="has 1.5, which must be a whole number"):
+        schema.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})
+
+
+def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
+    models.config("tiny").save_pretrained(tmp_path)  # config.json only
+    for value in (str(tmp_path), str(tmp_path / "config.json")):
+        with pytest.raises(LongctxError, match="no weights"):
+            schema.check("03_activation_offload", {"MODEL": value})
+    schema.check("03_activation_offload", {"MODEL": str(tmp_path)}, weights=False)  # a dry run: weights come later
+    schema.check("06_one_million_tokens", {"MODEL": str(tmp_path / "config.json"), "GPUS": 8, "SEQ_LEN": 4096})
+    schema.check("03_activation_offload", {"MODEL": str(data.data_dir() / "yarn-base")})  # a folder with weights
+    schema.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it
+
+
+def test_yarn_on_another_model_needs_its_trained_length():
+    schema.check("02_yarn", {"MODEL": "base", "TRAINED_LENGTH": 0})
+    schema.check("02_yarn", {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 32768})
+    with pytest.raises(LongctxError, match="TRAINED_LENGTH=0 must be set when MODEL is not 'base'"):
+        schema.check("02_yarn", {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
+
+
+def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):
+    source = data.data_dir() / "corpus-parquet"
+    if not source.is_dir():
+        pytest.skip("the parquet copy of the corpus is built by `longctx data`")
+    assert data.check_dataset(str(source), splits=("train", "test")) == str(source)
+    (tmp_path / "data").mkdir()
+    shutil.copy(next(source.glob("data/train-*.parquet")), tmp_path / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(LongctxError, match="no 'test' split"):
+        data.check_dataset(str(tmp_path), splits=("train", "test"))
+    assert data.check_dataset(str(tmp_path)) == str(tmp_path)  # training text alone is enough elsewhere
+
+
+@pytest.mark.parametrize("notebook", ["01_chunked_loss", "03_activation_offload", "06_one_million_tokens"])
+def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(notebook):
+    path = harness.resolve(notebook)
+    for ok in ("A100-80GB", "h200", "79.5"):
+        harness.check_parameters(path, {"GPU": ok}, "ci")
+    for bad, fragment in (
+        ("H100", "Unknown GPU 'H100'; use one of H100-80GB"),
+        ("-1", "must be a positive number"),
+        (79.5, "quote it to pass it as text"),
+    ):
+        with pytest.raises(LongctxError, match=fragment):
+            harness.check_parameters(path, {"GPU": bad}, "ci")
+
+
+def test_a_length_no_step_on_this_machine_could_hold_is_refused_before_a_kernel_starts(monkeypatch):
+    from types import SimpleNamespace
+
+    import psutil
+
+    too_long = r"is too long for one training step of .* its layers alone keep [\d.]+ GiB.*lower it"
+    with pytest.raises(LongctxError, match="SEQ_LEN=1048576 " + too_long):
+        harness.check_parameters(harness.resolve("00"), {"SEQ_LEN": 2**20}, "cpu")  # from the config: instant
+    with pytest.raises(LongctxError, match="SEQ_LEN=262144 " + too_long):
+        harness.check_parameters(harness.resolve("01"), {"SEQ_LEN": 2**18}, "cpu")  # the plain loss's logits
+    schema.check("00_memory_primer", {"MODEL": "small", "SEQ_LEN": 2**20, "BATCH": 8}, on_cpu=False)  # a GPU's own
+    # every length a lesson measures with a real step, not only SEQ_LEN: a list's lengths and 01's real-step check
+    for name, params in (("01", {"CPU_LENGTHS": [128, 1048576]}), ("03", {"CPU_LENGTHS": [10**6]}), ("01", {"CHECK_LEN": 2**22})):
+        with pytest.raises(LongctxError, match=rf"{next(iter(params))}=.*" + too_long):
+            harness.check_parameters(harness.resolve(name), params, "cpu")
+    # where little memory is free, the sizes' own lengths are refused too
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=0.005 * 2**30))
+    with pytest.raises(LongctxError, match="SEQ_LEN=4096 " + too_long):
+        harness.check_parameters(harness.resolve("03"), {}, "cpu")
