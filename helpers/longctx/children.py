@@ -20,23 +20,14 @@ def stop_with_parent() -> None:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (children, grandchildren, ...), read from /proc: torchrun gives each rank a
-    process group of its own, so killing torchrun's group alone misses them."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state letter
-    found, frontier = [], [pid]
-    while frontier:
-        children = [p for p, ppid in parents.items() if ppid in frontier]
-        found += children
-        frontier = children
-    return found
+    """Every process below `pid` (children, grandchildren, ...): torchrun gives each rank a process group of its
+    own, so killing torchrun's group alone misses them."""
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def stop_tree(proc) -> None:

@@ -222,16 +222,10 @@ def _tmp_name(folder: Path) -> Path:
 
 
 def _is_stale(tmp: Path) -> bool:
+    import psutil
+
     host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
 
 
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
@@ -331,23 +325,18 @@ def _check_layout(out: Path) -> None:
 
 @contextlib.contextmanager
 def _only_sweep_on(folder: Path):
-    """One sweep at a time on a folder: a second one is refused while the first runs (an OS file lock,
+    """One sweep at a time on a folder: a second one is refused while the first runs (filelock's OS lock,
     released even when the first is killed)."""
-    import fcntl
+    from filelock import FileLock, Timeout
 
-    handle = (folder / ".lock").open("a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+        with FileLock(folder / ".lock", timeout=0):
+            yield
+    except Timeout:
         raise LongctxError(
             f"Another sweep is running on {folder}; wait for it (its finished points will be "
             "reused), or give this one another --out."
         ) from None
-    try:
-        yield
-    finally:
-        handle.close()
 
 
 def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metric: str | None, progress: bool) -> Path:
