@@ -536,60 +536,63 @@ def test_the_rehearsal_names_the_command_that_builds_what_it_reads(tmp_path, mon
         harness.size_params(harness.notebooks()["02_yarn"], "rehearsal")
 
 
-def test_a_sixth_pass_of_hostile_inputs_is_refused_plainly(tmp_path, monkeypatch, capsys):
-    """What a sixth fuzzing pass found told late or wrongly: a line break in --out, a model folder without its
-    config, a config that is a JSON list or absurdly wide, more CP ranks than tokens, a data folder that is a file."""
-    import json
+def _write(tmp_path, name: str, text: str) -> str:
+    (tmp_path / name).write_text(text)
+    return str(tmp_path / name)
 
-    from longctx.tools.cli import main
 
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "list.json").write_text("[1, 2]")
-    wide = {"model_type": "qwen3", "hidden_size": 2**20, "intermediate_size": 2**22, "num_attention_heads": 8}
-    (tmp_path / "wide.json").write_text(json.dumps(wide))
-    (tmp_path / "afile").write_text("mine")
-    cases = [
-        (["run", "00", "--size", "ci", "--out", str(tmp_path / "new\nline")], "holds '\\\\n': a line break"),
-        (["estimate", "--model", str(tmp_path / "empty"), "--seq-len", "1k"], "has no config.json"),
-        (["estimate", "--model", str(tmp_path / "list.json"), "--seq-len", "1k"], "holds a JSON list, not an object"),
-        (["estimate", "--model", str(tmp_path / "wide.json"), "--seq-len", "1k"], "hidden_size is 1,048,576, over"),
-        (["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "use at most 524,288 ranks"),
-    ]
-    for argv, fragment in cases:
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err
-        assert "Traceback" not in err and re.search(fragment, err), (argv, err)
-    assert not (tmp_path / "new\nline").exists()
-    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "afile"))
-    assert main(["data", "--verify"]) == 2
-    assert "is a file, not a folder" in capsys.readouterr().err and (tmp_path / "afile").read_text() == "mine"
+def _folder(tmp_path, name: str) -> str:
+    (tmp_path / name).mkdir()
+    return str(tmp_path / name)
 
 
 def _dev_zero_config(tmp_path):
-    folder = tmp_path / "zero"
-    folder.mkdir()
+    (folder := tmp_path / "zero").mkdir()
     (folder / "config.json").symlink_to("/dev/zero")
-    return ["estimate", "--model", str(folder), "--seq-len", "1k"]
+    return str(folder)
 
 
-def _text_named_notebook(tmp_path):
-    (tmp_path / "notes.ipynb").write_text("my notes, not a notebook")
-    return ["run", str(tmp_path / "notes.ipynb"), "--size", "ci", "--out", str(tmp_path / "out")]
+def _data_folder_is_a_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("LONGCTX_DATA", _write(tmp_path, "afile", "mine"))
+    return ["data", "--verify"]
+
+
+WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 4194304, "num_attention_heads": 8}'
 
 
 @pytest.mark.parametrize(
-    "make_args,fragment",
+    "argv,fragment",
     [
-        (_dev_zero_config, "config.json is not a regular file"),
-        (_text_named_notebook, "notes.ipynb is not a readable notebook"),
-        (lambda tmp_path: ["run", "00", "--size", "ci", "-p", "LORA_RANK=20000000"], "LORA_RANK=20000000 must be at most 1,024"),
+        (lambda t, m: ["run", "00", "--size", "ci", "--out", str(t / "new\nline")], "holds '\\\\n': a line break"),
+        (lambda t, m: ["estimate", "--model", _folder(t, "empty"), "--seq-len", "1k"], "has no config.json"),
+        (lambda t, m: ["estimate", "--model", _write(t, "list.json", "[1, 2]"), "--seq-len", "1k"], "holds a JSON list, not an"),
+        (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576, over"),
+        (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "use at most 524,288 ranks"),
+        (lambda t, m: ["estimate", "--model", _dev_zero_config(t), "--seq-len", "1k"], "config.json is not a regular file"),
+        (
+            lambda t, m: ["run", _write(t, "notes.ipynb", "my notes"), "--size", "ci", "--out", str(t / "out")],
+            "is not a readable notebook",
+        ),
+        (lambda t, m: ["run", "00", "--size", "ci", "-p", "LORA_RANK=20000000"], "LORA_RANK=20000000 must be at most 1,024"),
+        (_data_folder_is_a_file, "is a file, not a folder"),
     ],
-    ids=["config-is-a-device", "text-file-named-ipynb", "lora-rank-without-a-range"],
+    ids=[
+        "line-break-in-out",
+        "model-folder-without-config",
+        "config-that-is-a-list",
+        "config-wider-than-any-model",
+        "more-cp-ranks-than-tokens",
+        "config-that-is-a-device",
+        "text-file-named-ipynb",
+        "lora-rank-past-its-range",
+        "data-folder-that-is-a-file",
+    ],
 )
-def test_unclear_inputs_are_told_what_they_are(tmp_path, capsys, make_args, fragment):
+def test_inputs_no_command_can_use_are_told_plainly(tmp_path, monkeypatch, capsys, argv, fragment):
     from longctx.tools.cli import main
 
-    assert main(make_args(tmp_path)) == 2
+    assert main(argv(tmp_path, monkeypatch)) == 2
     err = capsys.readouterr().err
-    assert fragment in err and "Traceback" not in err
-    assert not (tmp_path / "out").exists()
+    assert re.search(fragment, err) and "Traceback" not in err, err
+    assert not (tmp_path / "new\nline").exists() and not (tmp_path / "out").exists()
+    assert not (tmp_path / "afile").exists() or (tmp_path / "afile").read_text() == "mine"
