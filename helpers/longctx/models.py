@@ -26,8 +26,6 @@ class Preset:
 
 _QWEN3_COMMON = dict(
     vocab_size=151936,
-    head_dim=128,
-    num_key_value_heads=8,
     hidden_act="silu",
     rms_norm_eps=1e-6,
     max_position_embeddings=40960,
@@ -51,31 +49,26 @@ _TINY_COMMON = dict(
     eos_token_id=0,
     pad_token_id=0,
 )
-# the body of "tiny" and "tiny-qwen-vocab": two layers of hidden 64
-_TINY_BODY = dict(
-    _TINY_COMMON,
-    hidden_size=64,
-    intermediate_size=192,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-)
+
+
+def _shape(layers: int, hidden: int, mlp: int, heads: int, kv_heads: int, head_dim: int, **more) -> dict:
+    return dict(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        **more,
+    )
+
 
 # Llama-3.2-1B's shapes, from its public config.json: a family no preset covers, on which the estimator is held
 # out against a count from the model's code (tests/test_estimate.py) and benchmarks/guide_cases.py shows where
 # the GPU's and the CPU's kernels part. Build it with transformers.LlamaConfig(**LLAMA_3_2_1B).
-LLAMA_3_2_1B = dict(
-    hidden_size=2048,
-    intermediate_size=8192,
-    num_hidden_layers=16,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=64,
-    vocab_size=128256,
-    tie_word_embeddings=True,
-    max_position_embeddings=131072,
-)
+LLAMA_3_2_1B = _shape(16, 2048, 8192, 32, 8, 64, vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=131072)
+_TINY = dict(_TINY_COMMON, **_shape(2, 64, 192, 4, 2, 16))  # the body of "tiny" and "tiny-qwen-vocab"
+_SMALL = dict(_TINY_COMMON, vocab_size=4096, **_shape(4, 128, 384, 4, 2, 32))  # "small", and "deep" at 24 layers
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -83,81 +76,44 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "tiny",
             "2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU",
-            config=dict(_TINY_BODY, vocab_size=4096, max_position_embeddings=2048),
+            None,
+            dict(_TINY, vocab_size=4096, max_position_embeddings=2048),
         ),
         Preset(
             "small",
             "4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse",
-            config=dict(
-                _TINY_COMMON,
-                vocab_size=4096,
-                hidden_size=128,
-                intermediate_size=384,
-                num_hidden_layers=4,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=32,
-                max_position_embeddings=4096,
-            ),
+            None,
+            dict(_SMALL, max_position_embeddings=4096),
         ),
         Preset(
             "deep",
             "24 layers, hidden 128, corpus vocabulary: enough layers for per-layer bands to show",
-            config=dict(
-                _TINY_COMMON,
-                vocab_size=4096,
-                hidden_size=128,
-                intermediate_size=384,
-                num_hidden_layers=24,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                head_dim=32,
-                max_position_embeddings=8192,
-            ),
+            None,
+            dict(_SMALL, num_hidden_layers=24, max_position_embeddings=8192),
         ),
         Preset(
             "tiny-qwen-vocab",
             "the tiny body with Qwen3's 151,936-token vocabulary: the logits dominate",
-            config=dict(_TINY_BODY, vocab_size=151936, max_position_embeddings=40960),
+            None,
+            dict(_TINY, vocab_size=151936, max_position_embeddings=40960),
         ),
         Preset(
             "qwen3-0.6b",
             "Qwen3-0.6B: 28 layers, hidden 1024",
             "Qwen/Qwen3-0.6B",
-            dict(
-                _QWEN3_COMMON,
-                hidden_size=1024,
-                intermediate_size=3072,
-                num_hidden_layers=28,
-                num_attention_heads=16,
-                tie_word_embeddings=True,
-            ),
+            dict(_QWEN3_COMMON, **_shape(28, 1024, 3072, 16, 8, 128), tie_word_embeddings=True),
         ),
         Preset(
             "qwen3-4b",
             "Qwen3-4B: 36 layers, hidden 2560",
             "Qwen/Qwen3-4B",
-            dict(
-                _QWEN3_COMMON,
-                hidden_size=2560,
-                intermediate_size=9728,
-                num_hidden_layers=36,
-                num_attention_heads=32,
-                tie_word_embeddings=True,
-            ),
+            dict(_QWEN3_COMMON, **_shape(36, 2560, 9728, 32, 8, 128), tie_word_embeddings=True),
         ),
         Preset(
             "qwen3-8b",
             "Qwen3-8B: 36 layers, hidden 4096",
             "Qwen/Qwen3-8B",
-            dict(
-                _QWEN3_COMMON,
-                hidden_size=4096,
-                intermediate_size=12288,
-                num_hidden_layers=36,
-                num_attention_heads=32,
-                tie_word_embeddings=False,
-            ),
+            dict(_QWEN3_COMMON, **_shape(36, 4096, 12288, 32, 8, 128), tie_word_embeddings=False),
         ),
     ]
 }

@@ -11,48 +11,18 @@ from longctx.units import CATEGORIES, GIB, MIB, PHASES  # noqa: F401  (re-read b
 # What each producer records in MemoryProfile.meta, in one place: a key means one thing whoever made the profile
 # (MemoryProfile.note refuses a key its producer has not declared).
 META_KEYS = {
-    "estimate": (
-        "model",
-        "seq_len",
-        "batch",
-        "loss",
-        "checkpointing",
-        "offload",
-        "dtype",
-        "cp_size",
-        "tokens_per_rank",
-        "mixed_precision",
-        "device",
-        "optim",
-        "attn_implementation",
-        "params",
-        "fixed_gib",
-        "per_layer_saved_gib",
-        "saved_layer_tensors",
-        "hidden_sized_tensors",
-        "sliding_window",
-        "attention_mask_gib",
-        "device_peak_gib",
-        "wall_seconds",
+    "estimate": tuple(
+        "model seq_len batch loss checkpointing offload dtype cp_size tokens_per_rank mixed_precision device optim "
+        "attn_implementation params fixed_gib per_layer_saved_gib saved_layer_tensors hidden_sized_tensors "
+        "sliding_window attention_mask_gib device_peak_gib wall_seconds".split()
     ),
-    "trainer_step": (
-        "trainable_params",
-        "trainable_tensors",
-        "total_params",
-        "tokens",
-        "loss_value",
-        # the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
-        "host_peak_bytes",
-        "host_peak_tensors",
-        "to_host_bytes",
-        "to_device_bytes",
+    # with the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
+    "trainer_step": tuple(
+        "trainable_params trainable_tensors total_params tokens loss_value host_peak_bytes host_peak_tensors "
+        "to_host_bytes to_device_bytes".split()
     ),
-    "cuda_allocator": (
-        "allocator_peak_bytes",
-        "allocator_baseline_bytes",
-        "allocator_peak_gib",
-        "tracker_over_allocator",
-        "snapshot",
+    "cuda_allocator": tuple(
+        "allocator_peak_bytes allocator_baseline_bytes allocator_peak_gib tracker_over_allocator snapshot".split()
     ),
 }
 
