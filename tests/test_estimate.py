@@ -265,3 +265,54 @@ def test_a_held_out_family_on_the_gpu_path_matches_a_formula_written_from_its_co
         assert abs(p.peak_bytes / formula - 1) < 0.03, (s, p.peak_bytes, formula)
         assert p.meta["params"] == _llama_params(cfg)
         assert p.meta["fixed_gib"] * 2**30 == 6 * _llama_params(cfg) + _adamw_steps(cfg)  # weights + AdamW, exactly
+
+
+def _deepseek_v2():
+    from transformers import DeepseekV2Config
+
+    # MLA: queries and keys 24 wide (16 without rotary + 8 rotary), values 16
+    return DeepseekV2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=1000,
+        q_lora_rank=None,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+    )
+
+
+def test_mla_models_whose_values_are_narrower_than_their_queries_are_estimated_on_the_gpu_path():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from longctx.memory import gpu_kernels
+
+    with FakeTensorMode():
+        q, v = torch.empty(1, 4, 256, 24, dtype=torch.bfloat16), torch.empty(1, 4, 256, 16, dtype=torch.bfloat16)
+        assert gpu_kernels.flash_attention(q, q, v).shape == (1, 4, 256, 16)  # the output is as wide as the values
+        sdpa = gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)
+        assert sdpa(q, q, v, is_causal=True).shape == (1, 4, 256, 16)  # flash refuses them: the efficient kernel
+    for attn in ("sdpa", "flash_attention_2"):
+        assert estimate(_deepseek_v2(), 256, attn_implementation=attn).peak_bytes > 0
+
+
+def test_a_family_transformers_runs_on_other_kernels_only_is_told_which():
+    from transformers import Gemma2Config
+
+    gemma2 = Gemma2Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16
+    )
+    with pytest.raises(LongctxError, match="--attn flash_attention_2 or --attn eager") as err:
+        estimate(gemma2, 256)
+    assert "config.json" not in str(err.value)  # the config is fine
+    assert estimate(gemma2, 256, attn_implementation="flash_attention_2").peak_bytes > 0

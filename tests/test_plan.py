@@ -132,3 +132,14 @@ def test_plan_with_json_shows_its_progress_on_stderr_and_prints_only_json():
     )
     assert out.returncode == 0 and "plan: estimates" in out.stderr  # a long plan is not silent
     assert json.loads(out.stdout)["gpus"] == 2
+
+
+def test_plan_takes_the_attention_of_its_one_gpu_steps():
+    from longctx.memory.plan import plan
+
+    kw = dict(gpus=2, gpu_memory_gib=24, progress=False)
+    eager, sdpa = plan("tiny", 4096, attn_implementation="eager", **kw), plan("tiny", 4096, **kw)
+    assert eager["attn_implementation"] == "eager"
+    # eager keeps every (seq × seq) score matrix; the CP steps run SDPA whatever was asked
+    assert eager["steps"][0]["per_gpu_peak_gib"] > sdpa["steps"][0]["per_gpu_peak_gib"]
+    assert eager["steps"][-1]["per_gpu_peak_gib"] == sdpa["steps"][-1]["per_gpu_peak_gib"]

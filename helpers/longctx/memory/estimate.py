@@ -193,6 +193,13 @@ def build_step(
     try:
         net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation, dtype=torch.get_default_dtype())
     except Exception as exc:  # transformers' own errors for a config it cannot build (unknown activation, ...)
+        if "does not support an attention implementation" in str(exc):  # the config is fine, the kernel is not
+            others = [a for a in ATTENTIONS if a != attn_implementation]  # (transformers 5.24: Gemma-2 on sdpa)
+            raise LongctxError(
+                f"transformers does not run {getattr(cfg, 'model_type', '?')} models with attn_implementation="
+                f"{attn_implementation!r}; estimate it with another one: --attn {' or --attn '.join(others)} "
+                "(attn_implementation= in Python; eager is what transformers picks for it by default)."
+            ) from None
         raise LongctxError(
             f"transformers cannot build a {getattr(cfg, 'model_type', '?')} model from this config: "
             f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}. Fix config.json."

@@ -42,7 +42,8 @@ class FlashAttention(torch.autograd.Function):
     def forward(ctx, q, k, v):
         _fake_only(q, k, v)
         b, h, s, d = q.shape
-        out = q.new_empty((b, s, h, d)).transpose(1, 2)  # the layout SDPA returns: no copy to make it contiguous
+        # the value's head size sets the output's (MLA models: DeepSeek-V2's values are 128 wide, queries 192)
+        out = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)  # SDPA's layout: no copy to make it contiguous
         lse = q.new_empty((b, h, s), dtype=torch.float32)
         ctx.save_for_backward(q, k, v, out, lse)
         return out
@@ -69,19 +70,21 @@ def flash_attention(q, k, v):
 
 def sdpa_as_cuda(original):
     """`F.scaled_dot_product_attention` as PyTorch dispatches it on an H100-class GPU in bf16/fp16:
-    no mask and head_dim ≤ 256 → the flash kernel (grouped K/V heads natively); a mask → the
-    memory-efficient kernel, which takes the mask as an additive bias in the query's dtype (a boolean
+    no mask, equal head sizes ≤ 256 → the flash kernel (grouped K/V heads natively); a mask, or values narrower
+    than the queries (MLA, which flash refuses: torch's check_head_dim_size_flash) → the memory-efficient kernel,
+    which takes the mask as an additive bias in the query's dtype (a boolean
     mask is converted first, one more (seq × seq) copy; its own workspace is not modelled) and does not
     take grouped heads (transformers has already expanded them when it passes a mask). Anything else
     (fp32, large heads) is left to `original`, as the GPU would fall back too."""
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         half = query.dtype in (torch.float16, torch.bfloat16)
-        if half and query.shape[-1] <= 256 and attn_mask is None:
+        same_heads = value.shape[-1] == query.shape[-1]  # flash needs equal head sizes; MLA's values are narrower
+        if half and query.shape[-1] <= 256 and attn_mask is None and same_heads:
             return flash_attention(query, key, value)
-        if half and query.shape[-1] <= 256 and attn_mask is not None and key.shape[1] == query.shape[1]:
+        if half and query.shape[-1] <= 256 and key.shape[1] == query.shape[1] and (attn_mask is not None or not same_heads):
             bias = attn_mask
-            if attn_mask.dtype == torch.bool:  # what aten's convert_boolean_attn_mask does before the kernel
+            if attn_mask is not None and attn_mask.dtype == torch.bool:  # aten's convert_boolean_attn_mask, first
                 bias = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
             out, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
                 query, key, value, bias, True, dropout_p, is_causal, scale=scale

@@ -29,7 +29,7 @@ def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
     return base + cp
 
 
-def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
+def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa") -> None:
     from longctx.errors import check_positive_int
     from longctx.shapes import check_plan
 
@@ -47,7 +47,9 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float) -> None:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
     from longctx.memory.estimate import check_levers
 
-    check_levers(cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1)  # model, length
+    check_levers(  # the model, the length, the attention
+        cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1, attn_implementation=attn
+    )
 
 
 def _estimate(args):
@@ -65,21 +67,32 @@ def plan(
     gpus: int,
     gpu_memory_gib: float,
     mixed_precision: bool = False,
+    attn_implementation: str = "sdpa",
     workers: int = 2,
     progress: bool = True,
 ) -> dict:
     """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
     `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
-    applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`)."""
+    applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
+    `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only)."""
     from tqdm.auto import tqdm
 
     from longctx import children, models
     from longctx.memory import cards
 
     cfg = models.config(model)
-    check(cfg, seq_len, gpus, gpu_memory_gib)
+    check(cfg, seq_len, gpus, gpu_memory_gib, attn_implementation)
     steps = steps_for(gpus)
-    calls = [(model, seq_len, dict(kw, mixed_precision=mixed_precision and kw.get("cp_size", 1) > 1)) for _, kw in steps]
+    calls = []
+    for _, kw in steps:
+        cp = kw.get("cp_size", 1) > 1
+        calls.append(
+            (
+                model,
+                seq_len,
+                dict(kw, mixed_precision=mixed_precision and cp, attn_implementation="sdpa" if cp else attn_implementation),
+            )
+        )
     results = children.pool_map(_estimate, calls, workers, tqdm(total=len(calls), desc="plan: estimates", disable=not progress))
     rows = [
         {
@@ -98,6 +111,7 @@ def plan(
         "gpus": gpus,
         "gpu_memory_gib": gpu_memory_gib,
         "mixed_precision": mixed_precision,
+        "attn_implementation": attn_implementation,
         "steps": rows,
         "cheapest": cheapest,
         "not_counted": cards.unmodelled(max(r["gpus"] for r in rows)),

@@ -209,6 +209,7 @@ def _cmd_plan(args) -> None:
         gpus=args.gpus,
         gpu_memory_gib=gib,
         mixed_precision=args.mixed_precision,
+        attn_implementation=args.attn,
         progress=True,  # on stderr: --json's standard output stays the JSON alone
     )
     result["capacity"] = how
@@ -319,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         "or a number of GiB (default H100-80GB)",
     )
     p.add_argument("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2)")
+    p.add_argument(
+        "--attn", default="sdpa", help="attn_implementation of the one-GPU steps: sdpa, flash_attention_2, eager (CP runs sdpa)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_plan)
 
