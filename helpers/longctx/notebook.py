@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from longctx import quiet, versions
+from longctx.files import atomic
 from longctx.paths import build_dir
 
 
@@ -38,8 +39,6 @@ def jsonable(value):
 
 def write_json_atomic(path: Path, payload: dict) -> None:
     """Write to a temporary file and rename: a reader never sees half a file."""
-    from longctx.files import atomic
-
     with atomic(path) as tmp:
         tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True))
 

@@ -7,13 +7,13 @@ import os
 import re
 from pathlib import Path
 
+from longctx.errors import LongctxError
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _folder(variable: str, default: Path) -> Path:
     """The folder an environment variable names (an empty one counts as unset), created if missing."""
-    from longctx.errors import LongctxError
-
     path = user_path(os.environ.get(variable) or default, variable)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -29,8 +29,6 @@ def user_path(text, what: str = "The path", *, resolve: bool = False, room: int 
     links), refused with the fix when it cannot name a file here: no such user for `~name`, a name over the
     file system's 255 bytes (less `room`, for the suffix a temporary sibling adds), a path over 4095, a loop
     of symbolic links, a control character (a line break pasted into a name)."""
-    from longctx.errors import LongctxError
-
     text = os.fspath(text)
     if not text.strip():
         raise LongctxError(f"{what} is empty: name a folder or a file.")

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from longctx.files import atomic
+from longctx.paths import slug
 from longctx.units import CATEGORIES, GIB, MIB
 
 STYLE = {
@@ -90,8 +91,6 @@ def panels(ncols: int, figsize: tuple[float, float]):
 def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
     """Write `name`.png and `name`.svg into `folder` (no timestamps, so identical inputs give identical files;
     a lesson writes through its session: `session.save_figure`)."""
-    from longctx.paths import slug
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     name = slug(name)  # a figure named after a hub id or a path stays one file in this folder

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from longctx import device, quiet
 from longctx.errors import LongctxError
+from longctx.recipe import Call
 
 LOSSES = ("chunked", "plain")
 
@@ -69,8 +70,6 @@ class TrainConfig:
     def sft_call(self):
         """The trl.SFTConfig this object stands for, as a recipe.Call: built by `sft_config`, printed by the lessons."""
         from trl import SFTConfig
-
-        from longctx.recipe import Call
 
         target = self.for_device or device()
         bf16 = self.bf16

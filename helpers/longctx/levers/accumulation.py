@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from longctx.models import to_device
 from longctx.train import TrainConfig, make_trainer
 
 
@@ -91,8 +92,6 @@ def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, big_order:
     """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide. Runs
     on the device the trainers used (a GPU where there is one), so all three gradients come from one kind
     of kernel. Lesson 00's "Look inside" shows the same loop on a one-layer model."""
-    from longctx.models import to_device
-
     model = to_device(model_fn())
     model.train()
     ids = torch.tensor(dataset["input_ids"])[big_order[: micro_batch * steps]].to(next(model.parameters()).device)

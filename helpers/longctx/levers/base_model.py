@@ -15,7 +15,9 @@ from pathlib import Path
 
 import torch
 
+from longctx import files as outputs
 from longctx.errors import SEED_LIMIT, LongctxError
+from longctx.models import from_pretrained
 from longctx.paths import data_dir, user_path
 
 BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
@@ -58,7 +60,6 @@ def pretrain(
     folder that already holds a model (the committed data/yarn-base by default) is refused before
     training unless `force`, and then only the model's own files are replaced."""
     from longctx import data, models
-    from longctx import files as outputs
     from longctx.train import TrainConfig, run_sft
 
     params = dict(
@@ -167,7 +168,6 @@ def load_base(
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from longctx.levers import rope
-    from longctx.models import from_pretrained
 
     path = Path(path or checkpoint_dir())
     trained = manifest(path)["trained_length"]

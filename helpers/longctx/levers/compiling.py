@@ -21,9 +21,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from longctx import quiet
+from longctx import device, quiet
 from longctx.errors import LongctxError
 from longctx.levers.padding import Census, check_padding, padded_trainer, shape_census
+from longctx.recipe import Call
 
 
 @dataclass
@@ -290,9 +291,6 @@ def grpo_call(
 ):
     """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints)."""
     from trl import GRPOConfig
-
-    from longctx import device
-    from longctx.recipe import Call
 
     return Call(
         GRPOConfig,

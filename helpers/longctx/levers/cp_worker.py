@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from longctx.recipe import Call
+
 
 def deepspeed_config() -> dict:
     """The DeepSpeed config of the Ulysses run. `torch_adam` makes DeepSpeed build torch.optim.AdamW: left
@@ -33,8 +35,6 @@ def parallel_kwargs(mode: str, world: int) -> dict:
     """The SFTConfig arguments that spread one sequence over `world` ranks: "cp" (context parallelism,
     FSDP2) or "sp" (DeepSpeed Ulysses); nothing for "single"."""
     from accelerate import ParallelismConfig
-
-    from longctx.recipe import Call
 
     if mode == "cp":
         return dict(

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from longctx import children
+from longctx import children, models
+from longctx import device as current_device
 from longctx.errors import LongctxError, check_choice
 from longctx.shapes import attention_kinds, check_plan, padded_length  # noqa: F401  (the lesson reads them here)
 
@@ -87,9 +88,6 @@ def launch(
 ) -> ParallelRun:
     """Run one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over
     `nprocs` processes."""
-    from longctx import device as current_device
-    from longctx import models
-
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:

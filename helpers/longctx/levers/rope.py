@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from longctx.errors import LongctxError
+from longctx.errors import LongctxError, check_positive_int
 
 DEFAULT_BETA_FAST, DEFAULT_BETA_SLOW = 32.0, 1.0  # transformers 5.24's YaRN defaults (the YaRN paper's)
 # Qwen3's native context, from its model cards (32,768 natively, longer with YaRN); the configs' own
@@ -33,8 +33,6 @@ def yarn_parameters(
     """`{"rope_type": "yarn", "rope_theta", "factor", "original_max_position_embeddings"}` with
     factor = wanted / trained (given explicitly, it must agree); `beta_fast` / `beta_slow` (transformers'
     defaults 32 / 1 when left out) are added only when given."""
-    from longctx.errors import check_positive_int
-
     check_positive_int("trained length", trained)
     check_positive_int("wanted length", wanted)
     if wanted <= trained:

@@ -9,6 +9,7 @@ import gc
 import numpy as np
 import torch
 
+from longctx import models
 from longctx.errors import LongctxError
 
 
@@ -44,7 +45,6 @@ def load_model(
     """ "base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
     length must be given, in `dtype`, on this machine's accelerator. With `wanted`, YaRN is set for
     wanted / trained positions (`beta_fast`: None = transformers' default)."""
-    from longctx import models
     from longctx.levers import rope
 
     if spec == "base":

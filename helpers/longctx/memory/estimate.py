@@ -15,12 +15,13 @@ import time
 
 import torch
 
-from longctx.errors import LongctxError, check_choice
+from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.lengths import MAX_TOKENS
 from longctx.memory import gpu_kernels
 from longctx.memory.measure import TimelineTracker
 from longctx.memory.profile import MemoryProfile
 from longctx.models import DTYPE_NAMES, torch_dtype
+from longctx.shapes import check_plan
 from longctx.train import LOSSES
 from longctx.units import CATEGORIES, GIB
 
@@ -43,8 +44,6 @@ def check_model(cfg) -> None:
     language model (an encoder such as BERT, an encoder-decoder such as T5), or sizes that are not
     positive integers."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
-
-    from longctx.errors import check_positive_int
 
     kind = getattr(cfg, "model_type", "")
     encoder = kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False)
@@ -109,8 +108,6 @@ def check_levers(
     optim: str = "fused",
     attn_implementation: str = "sdpa",
 ) -> None:
-    from longctx.errors import check_positive_int
-
     check_model(cfg)
     check_positive_int("seq_len", seq_len)
     if seq_len * batch > MAX_TOKENS:
@@ -261,9 +258,6 @@ def build_step(
 
 
 def check_cp(cfg, seq_len: int, cp_size: int, *, mixed_precision: bool, fake: bool, dtype: str) -> None:
-    from longctx.errors import check_positive_int
-    from longctx.shapes import check_plan
-
     check_positive_int("cp_size", cp_size)
     if cp_size & (cp_size - 1):
         raise LongctxError(
@@ -460,8 +454,6 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
     from 32 and 96 multiples lands next to the answer; the last fitting and first failing multiples
     are then closed in on by bisection, so the answer does not depend on which lengths were tried.
     `known` maps lengths already estimated (with the same levers) to their peaks in GiB."""
-    from longctx.errors import check_positive_int
-
     check_positive_int("multiple", multiple)
     if not capacity_gib > 0:
         raise LongctxError(f"capacity_gib must be a positive number of GiB, got {capacity_gib!r}.")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 
-from longctx.errors import LongctxError
+from longctx import children, models
+from longctx.errors import LongctxError, check_positive_int
+from longctx.shapes import check_plan
 from longctx.units import GIB
 
 
@@ -30,9 +32,6 @@ def steps_for(gpus: int) -> list[tuple[list[str], dict]]:
 
 
 def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa") -> None:
-    from longctx.errors import check_positive_int
-    from longctx.shapes import check_plan
-
     check_positive_int("seq_len", seq_len)
     check_positive_int("gpus", gpus)
     if gpus & (gpus - 1):
@@ -77,7 +76,6 @@ def plan(
     `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only)."""
     from tqdm.auto import tqdm
 
-    from longctx import children, models
     from longctx.memory import cards
 
     cfg = models.config(model)

@@ -23,7 +23,8 @@ import yaml
 from longctx import children, quiet
 from longctx import files as outputs
 from longctx.errors import LongctxError, check_choice
-from longctx.paths import build_dir, notebooks_dir, user_path
+from longctx.models import PRESETS, check_spec
+from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
 from longctx.run import needs
 from longctx.run.needs import MODEL_PARAMETERS, PATH_PARAMETERS
 
@@ -79,8 +80,6 @@ def sizes(notebook: Path) -> list[str]:
 
 def size_params(notebook: Path, size: str) -> dict:
     if size == REHEARSAL:
-        from longctx.paths import data_dir
-
         rehearsal = {
             k: v.format(data=data_dir()) if isinstance(v, str) else v for k, v in _size_file(notebook, REHEARSAL).items()
         }
@@ -219,7 +218,6 @@ def _absolute(value):
     """A relative path that exists here, made absolute: the kernel runs in the output folder. Names the
     library gives a meaning (a preset, "base", the corpus) keep it, whatever the current folder holds."""
     from longctx.data import CORPUS
-    from longctx.models import PRESETS
 
     if not isinstance(value, str) or value in PRESETS or value in ("base", CORPUS) or Path(value).is_absolute():
         return value
@@ -242,8 +240,6 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
     for key in MODEL_PARAMETERS:
         if isinstance(values.get(key), str):
-            from longctx.models import check_spec
-
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if notebook.stem == "02_yarn" and {**declared, **values}.get("MODEL") == "base":  # the committed base model
         from longctx.levers.base_model import manifest

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from longctx import device
 from longctx.errors import LongctxError
+from longctx.models import HUB_ID
 from longctx.paths import notebooks_dir
 
 MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL")  # parameters that name a model
@@ -105,7 +107,6 @@ def machine() -> Machine:
         if out.returncode:
             raise LongctxError(f"Could not read the GPUs' memory: {out.stderr.strip().splitlines()[-1:]}")
         return Machine("cuda", tuple(json.loads(out.stdout.strip().splitlines()[-1])))
-    from longctx import device
 
     if device() == "neuron":  # torch-neuronx registers the device; its memory is not queried here
         return Machine("neuron", (0,) * max(1, torch.accelerator.device_count()))
@@ -115,7 +116,6 @@ def machine() -> Machine:
 def hub_ids(params: dict) -> list[str]:
     """The hub ids a run's parameters name (MODEL, DATASET, ...): values shaped like 'org/name' that are
     not local paths."""
-    from longctx.models import HUB_ID
     from longctx.run.needs import PATH_PARAMETERS
 
     return [

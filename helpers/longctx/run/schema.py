@@ -12,7 +12,9 @@ import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from longctx.errors import LongctxError, is_power_of_two
-from longctx.paths import notebooks_dir
+from longctx.memory.cards import capacity
+from longctx.models import PRESETS, config, has_weights, is_local_config, torch_dtype
+from longctx.paths import notebooks_dir, user_path
 from longctx.units import GIB
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both)
@@ -43,8 +45,6 @@ def _keyword(check, context):
 
 
 def _card(value, _, context):
-    from longctx.memory.cards import capacity
-
     if not isinstance(value, str):
         return None  # its type is reported
     try:
@@ -54,9 +54,6 @@ def _card(value, _, context):
 
 
 def _weights(value, _, context):
-    from longctx.models import PRESETS, has_weights, is_local_config
-    from longctx.paths import user_path
-
     if not context["weights"] or not isinstance(value, str) or value in (*PRESETS, "base"):
         return None
     try:
@@ -115,9 +112,6 @@ def _too_big(tokens, how: dict, params: dict) -> str | None:
     """Why one training step at `tokens` would not fit this machine's free memory, judged by its floor from the
     config (None where it fits, or where the model's config is not at hand without a download)."""
     import psutil
-
-    from longctx.models import PRESETS, config, is_local_config, torch_dtype
-    from longctx.paths import user_path
 
     model, dtype = params.get(how["model"]), params.get(how.get("dtype", "fp32"), how.get("dtype", "fp32"))
     if not _num(tokens) or not isinstance(model, str):

@@ -7,8 +7,11 @@ import json
 import os
 import sys
 
+from longctx import versions
 from longctx.errors import LongctxError
 from longctx.lengths import parse_length
+from longctx.models import PRESETS
+from longctx.paths import data_dir, notebooks_dir, user_path
 
 
 def _cmd_run(args) -> None:
@@ -75,7 +78,6 @@ def _cmd_list(args) -> None:
 
 def _cmd_data(args) -> None:
     from longctx import data
-    from longctx.paths import data_dir, user_path
 
     if args.verify:
         named = os.environ.get("LONGCTX_DATA")
@@ -112,7 +114,6 @@ def _cmd_lab(args) -> None:
     import importlib.util
     import os
 
-    from longctx.paths import notebooks_dir, user_path
     from longctx.tools import lab
 
     if importlib.util.find_spec("jupyterlab") is None:
@@ -141,14 +142,11 @@ def _cmd_site(args) -> None:
 
 
 def _cmd_presets(args) -> None:
-    from longctx.models import PRESETS
-
     for p in PRESETS.values():
         print(f"{p.name:16s} {p.description}" + (f"  (weights: {p.hub_id})" if p.hub_id else ""))
 
 
 def _cmd_estimate(args) -> None:
-    from longctx import versions
     from longctx.memory import cards
     from longctx.memory.estimate import estimate
 
@@ -198,7 +196,6 @@ def _cmd_estimate(args) -> None:
 
 
 def _cmd_plan(args) -> None:
-    from longctx import versions
     from longctx.memory import cards
     from longctx.memory.plan import plan, table
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from longctx import files as outputs
 from longctx.errors import LongctxError
 from longctx.paths import build_dir
 
@@ -31,7 +32,6 @@ def regenerate(
     copy the figures into `out` (default build/figures/<size>/) and write index.md there. `out` may hold
     this command's earlier output; anything else in it is refused before a notebook runs (`force`: keep
     it, add the figures beside it)."""
-    from longctx import files as outputs
     from longctx.run import harness, needs
 
     writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}

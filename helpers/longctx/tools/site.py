@@ -18,6 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from longctx import files as outputs
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 
@@ -52,7 +53,6 @@ def build(
     """Build the site for the runs at `size` (`runs`: notebook → executed .ipynb beside its results.json;
     default: what `longctx run` / `make` left in build/) into `out` (default build/site/<size>/), and return
     the folder. `figures`: the folder `longctx figures` wrote (default build/figures/<size>/, if present)."""
-    from longctx import files as outputs
     from longctx.run import harness
 
     check_installed()
@@ -237,8 +237,6 @@ def _mkdocs_build(config: Path, progress: bool) -> None:
 def _replace_folder(new: Path, out: Path) -> None:
     """`new` becomes `out`: moved beside it first (same file system), then swapped in; the old site goes
     only once the new one is in place. `out` is new, empty, or a site this command built."""
-    from longctx import files as outputs
-
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     shutil.copytree(new, staged, dirs_exist_ok=True)

@@ -28,10 +28,11 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longctx import children
+from longctx import children, versions
 from longctx import files as outputs
 from longctx.errors import LongctxError, check_choice
-from longctx.paths import REPO, build_dir, slug, user_path
+from longctx.paths import REPO, build_dir, data_dir, slug, user_path
+from longctx.run.needs import PATH_PARAMETERS, machine
 from longctx.units import MIB
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
@@ -102,7 +103,6 @@ class Sweep:
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
         self.out = outputs.claim_folder(self.out or default, "sweep", default=default, write=False)
-        from longctx import versions
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
         self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
@@ -110,7 +110,6 @@ class Sweep:
         code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
         self._versions["longctx_source"] = hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
-        from longctx.paths import data_dir
 
         self._data = _fingerprint(data_dir())  # corpus, tokenizer, token caches, parquet copy, base model: read once
 
@@ -127,8 +126,6 @@ class Sweep:
         """What determines the point's result — notebook, size, every parameter, library versions — hashed.
         A finished point is reused only under the same key."""
         if self.machine is None:
-            from longctx.run.needs import machine
-
             here = machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
         identity = {
@@ -146,7 +143,6 @@ class Sweep:
         """Fingerprints of the local files a point reads: model folders and datasets its parameters name
         (the base model for "base"), and the data folder. Replaced weights or edited data make a new experiment."""
         from longctx.levers.base_model import checkpoint_dir
-        from longctx.run.needs import PATH_PARAMETERS
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
