@@ -7,6 +7,7 @@ import pytest
 
 from longctx import guide
 from longctx.levers import rope
+from longctx.paths import REPO
 from longctx.run import harness
 
 NOTEBOOKS = list(harness.notebooks())
@@ -202,6 +203,25 @@ def test_every_figure_a_lesson_saves_is_shown_in_it(ran, name):
     shown = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     saved = len(list((r.out / "figures").glob("*.png")))
     assert saved and shown == saved, f"{name}: {saved} figures saved, {shown} shown in the notebook"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_lesson_shows_no_machinery(ran, name):
+    """No record dict as a cell's value, no machine path, no progress bar saved frozen at 0%."""
+    r = ran(name)
+    cells = [c for c in nbformat.read(r.executed, as_version=4).cells if c.cell_type == "code"]
+    outputs = [o for c in cells for o in c.outputs]
+    shown = [o.get("data", {}).get("text/plain", "") or "".join(o.get("text", "")) for o in outputs]
+    assert not [t for t in shown if "PosixPath(" in t], f"{name}: a PosixPath is shown"
+    assert not [t for t in shown if str(r.out) in t or str(REPO) in t], f"{name}: a machine path is shown"
+    assert not [t for t in shown if re.search(r"\b0%\|", t)], f"{name}: a progress bar is saved frozen"
+    assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})], f"{name}: a widget"
+    values = [
+        c.source.strip().splitlines()[-1]
+        for c in cells
+        if c.source.strip().splitlines()[-1].startswith("session.") and any(o.output_type == "execute_result" for o in c.outputs)
+    ]
+    assert not values, f"{name}: cells show what a session call returned: {values}"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

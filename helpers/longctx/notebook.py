@@ -51,23 +51,23 @@ class Session:
     results: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
-    def record(self, **values) -> dict:
-        """Keep scalars (or small dicts/lists of them) for results.json; returns them for display."""
+    def record(self, **values) -> None:
+        """Keep scalars (or small dicts/lists of them) for results.json (nothing is shown: the lesson prints what
+        it says)."""
         self.results.update(jsonable(values))
-        return values
 
     @property
     def figures(self) -> Path:
         """Where this run's figures go (what `longctx figures` and the site collect)."""
         return self.out / "figures"
 
-    def save_figure(self, fig, name: str) -> list[Path]:
-        """`name`.png and .svg of `fig` in this run's figures folder."""
+    def save_figure(self, fig, name: str) -> None:
+        """`name`.png and .svg of `fig` in this run's figures folder (no machine path is shown in the lesson)."""
         from longctx import plots
 
-        return plots.save_figure(fig, name, self.figures)
+        plots.save_figure(fig, name, self.figures)
 
-    def save(self) -> Path:
+    def save(self) -> None:
         from datetime import datetime, timezone
 
         payload = {
@@ -81,9 +81,7 @@ class Session:
             "size": os.environ.get("LONGCTX_SIZE") or "interactive",
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        path = self.out / "results.json"
-        write_json_atomic(path, payload)
-        return path
+        write_json_atomic(self.out / "results.json", payload)
 
 
 def start(notebook: str, params: dict) -> Session:

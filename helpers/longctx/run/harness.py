@@ -247,6 +247,19 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         manifest()
 
 
+def _without_progress_widgets(path: Path) -> None:
+    """Drop the progress bars' widget outputs from an executed notebook: live in JupyterLab, saved they are a
+    bar frozen at 0% (a widget's state is not saved with it)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
+    nb.metadata.pop("widgets", None)
+    nbformat.write(nb, path)
+
+
 def _is_json(path: Path) -> bool:
     try:
         json.loads(path.read_bytes())
@@ -363,9 +376,14 @@ def run(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if whole and writing.exists():
-            os.replace(writing, executed)
-        writing.unlink(missing_ok=True)  # a write that failed half-way (a full disk, a size limit) leaves nothing
+        try:
+            if whole and writing.exists():
+                _without_progress_widgets(writing)
+                os.replace(writing, executed)
+        except OSError as exc:
+            raise outputs.write_error(exc, executed) from None
+        finally:
+            writing.unlink(missing_ok=True)  # a write that failed half-way (a full disk, a size limit) leaves nothing
     seconds = time.perf_counter() - start
     if not results_path.exists():
         raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
