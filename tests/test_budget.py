@@ -1,6 +1,6 @@
 import pytest
 
-from longctx import LongctxError
+from longctx import LongctxError, guide
 from longctx.memory import budget
 
 
@@ -12,7 +12,8 @@ def test_seven_b_primer_figures():
     assert full == 7e9 * (2 + 2 + 8)
     assert lora == 7e9 * 2 + 40e6 * (2 + 2 + 8)
     assert qlora == 7e9 * 0.5 + 40e6 * (2 + 2 + 8)
-    assert round(full / 1e9) == 84 and round(lora / 1e9) == 14 and round(qlora / 1e9) == 4
+    for name, gb in (("full", full), ("LoRA", lora), ("QLoRA", qlora)):
+        assert gb / 1e9 == pytest.approx(guide.PRIMER_7B[name].value, rel=guide.PRIMER_7B[name].rel), name
 
 
 @pytest.mark.parametrize(

@@ -54,13 +54,29 @@ NAIVE_8B_1M = Figure(
     0.01,
     "arithmetic",
 )
+OFFLOAD_RESIDENT = Figure(4, "bands of saved inputs still on the GPU in that step with offload")
+OFFLOAD_NO_GAIN_BELOW = Figure(49152, "Qwen3-4B: offload makes no difference below ~48k tokens (tokens)")
+MLP_INTERMEDIATE_1M = Figure(19, "Qwen3-4B at 1,048,576 tokens: one MLP intermediate (GB)")
+MLP_FOUR_1M = Figure(76, "... four of them alive at once in one layer's backward (GB)", 0.01, "arithmetic")
+CP_STEP_SECONDS_131K = {  # the guide's step times of Qwen3 at 131k tokens with context parallelism
+    2: Figure(34.6, "CP over 2 GPUs, 131k tokens: seconds per step"),
+    4: Figure(17.8, "CP over 4 GPUs, 131k tokens: seconds per step"),
+    8: Figure(9.5, "CP over 8 GPUs, 131k tokens: seconds per step"),
+}
 LAST_STRETCH_PLAIN = Figure(7.3, "Qwen3, last 20k of 160k tokens, no rescaling: mean per-token loss (nats)")
 LAST_STRETCH_YARN = Figure(2.8, "... with YaRN (nats)")
+UNIGRAM_PG19 = Figure(6.45, "PG-19 under Qwen3's tokenizer: unigram entropy, the loss of predicting by frequency (nats)")
 ONSET_PLAIN = Figure(
     70000,
     "Qwen3-4B without rescaling: where its per-token loss starts to climb, read off the guide's figure (tokens; 40,960 trained)",
 )
 FIRST_LOSS_1M = Figure(4.311, "Qwen3-8B, 1,048,576 tokens with YaRN: first logged training loss (nats)")
+# The fine-tuning memory primer's budget of a 7B model before activations (GB): what lesson 00 computes
+PRIMER_7B = {
+    "full": Figure(84, "7B, full fine-tuning in bf16 with AdamW: weights, gradients, optimizer (GB)", 0.01, "arithmetic"),
+    "LoRA": Figure(14, "7B with LoRA: bf16 weights, adapters' gradients and state (GB)", 0.05, "the primer rounds it"),
+    "QLoRA": Figure(4, "7B with QLoRA: 4-bit weights, adapters' gradients and state (GB)", 0.05, "the primer rounds it"),
+}
 # TRL's Trainium guide (huggingface.co/docs/trl/en/trainium), measured on one NeuronCore of a trn2 chip
 TRAINIUM_UNPADDED_OVER_PAD128 = Figure(
     2.0, "Qwen3-0.6B, 20 SFT steps on a NeuronCore: time unpadded / padded to 128 (260 s / 130 s, TRL's Trainium guide)"
