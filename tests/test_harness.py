@@ -77,27 +77,27 @@ def test_figures_refuses_a_folder_it_does_not_own_before_running_anything(tmp_pa
 def test_figures_moves_only_its_own_files_into_place(tmp_path):
     from pathlib import Path
 
-    from longctx import files as outputs
+    from longctx import files
 
     out = tmp_path / "paper"
     out.mkdir()
     (out / "draft.tex").write_text("my paper")
     writes = {"index.md", "long_context_scaling.png"}
-    checked = outputs.check_out(out, "figures", writes=writes, force=True)
-    with outputs.staging(checked) as tmp:  # what regenerate does once the notebooks ran
+    checked = files.check_out(out, "figures", writes=writes, force=True)
+    with files.staging(checked) as tmp:  # what regenerate does once the notebooks ran
         (Path(tmp) / "index.md").write_text("# figures")
-        outputs.place(Path(tmp), checked, "figures")
+        files.place(Path(tmp), checked, "figures")
     assert (out / "draft.tex").read_text() == "my paper" and (out / "index.md").read_text() == "# figures"
     assert not list(tmp_path.glob(".paper.tmp-*"))  # the staging folder is gone
     # a later run may replace its own index.md, but the folder still holds draft.tex: refused without --force
     with pytest.raises(LongctxError, match="draft.tex"):
-        outputs.check_out(out, "figures", writes=writes)
+        files.check_out(out, "figures", writes=writes)
     (out / "draft.tex").unlink()
-    assert outputs.check_out(out, "figures", writes=writes) == checked
+    assert files.check_out(out, "figures", writes=writes) == checked
     # --force keeps the user's files: a file of theirs with a name the command writes is refused, not replaced
     (out / "long_context_scaling.png").write_text("my plot")
     with pytest.raises(LongctxError, match="long_context_scaling.png.*cannot write there"):
-        outputs.check_out(out, "figures", writes=writes, force=True)
+        files.check_out(out, "figures", writes=writes, force=True)
     assert (out / "long_context_scaling.png").read_text() == "my plot"
 
 
@@ -119,22 +119,22 @@ def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
 
 
 def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
-    from longctx import files as outputs
+    from longctx import files
 
     forged = tmp_path / "forged"  # someone's folder with a hand-made marker
     forged.mkdir()
     (forged / ".longctx-run.json").write_text('["x"]')
     (forged / "results.json").write_text("precious")
     with pytest.raises(LongctxError, match=r"did not write \(results.json\)"):
-        outputs.claim_folder(forged, "run")
+        files.claim_folder(forged, "run")
     assert (forged / "results.json").read_text() == "precious"
 
-    claimed = outputs.claim_folder(tmp_path / "claimed", "run")
+    claimed = files.claim_folder(tmp_path / "claimed", "run")
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (claimed / "figures").symlink_to(theirs)  # a later run would write its figures into `theirs`
     with pytest.raises(LongctxError, match="figures is a symbolic link"):
-        outputs.claim_folder(claimed, "run")
+        files.claim_folder(claimed, "run")
     assert list(theirs.iterdir()) == []
 
 
@@ -166,16 +166,16 @@ def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
 def test_place_checks_every_target_before_the_first_move(tmp_path):
     from pathlib import Path
 
-    from longctx import files as outputs
+    from longctx import files
 
     out = tmp_path / "out"
     out.mkdir()
     (out / "b.png").mkdir()
-    with outputs.staging(out) as tmp:
+    with files.staging(out) as tmp:
         for name in ("a.md", "b.png"):
             (Path(tmp) / name).write_text(name)
         with pytest.raises(LongctxError, match="b.png is a folder"):
-            outputs.place(Path(tmp), out, "figures")
+            files.place(Path(tmp), out, "figures")
     assert sorted(p.name for p in out.iterdir()) == ["b.png"]  # a.md was not placed alone
 
 
@@ -319,11 +319,11 @@ def test_broken_inputs_end_in_a_message_not_a_traceback(tmp_path, monkeypatch, c
 def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     import json
 
-    from longctx import files as outputs
+    from longctx import files
     from longctx.tools import sweep
 
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, out=tmp_path)
-    outputs.claim_folder(sw.out, "sweep")  # as sweep.run does, before the finished point below
+    files.claim_folder(sw.out, "sweep")  # as sweep.run does, before the finished point below
     first = sw.points()[0]
     sw.folder(first).mkdir(parents=True)
     (sw.folder(first) / "point.json").write_text(

@@ -2,25 +2,24 @@
 
 import pytest
 
-from longctx import LongctxError
-from longctx import files as outputs
+from longctx import LongctxError, files
 
 
 def test_an_atomic_write_replaces_the_file_only_when_it_completes(tmp_path):
     path = tmp_path / "results.json"
     path.write_text("old")
-    with pytest.raises(RuntimeError), outputs.atomic(path) as tmp:
+    with pytest.raises(RuntimeError), files.atomic(path) as tmp:
         tmp.write_text("half")
         raise RuntimeError("interrupted")
     assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
-    with outputs.atomic(path) as tmp:
+    with files.atomic(path) as tmp:
         tmp.write_text("new")
     assert path.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
 def test_a_failed_write_is_named_and_leaves_nothing(tmp_path):
     missing = tmp_path / "no-such-folder" / "x.json"
-    with pytest.raises(LongctxError, match="x.json"), outputs.atomic(missing) as tmp:
+    with pytest.raises(LongctxError, match="x.json"), files.atomic(missing) as tmp:
         tmp.write_text("x")
 
 
@@ -29,9 +28,9 @@ def test_a_folder_marked_by_hand_is_one_claim_folder_accepts(tmp_path):
     folder.mkdir()
     (folder / "index.html").write_text("<p>")
     with pytest.raises(LongctxError, match="did not write"):
-        outputs.claim_folder(folder, "site", write=False)
-    outputs.mark_claimed(folder, "site")
-    assert outputs.claim_folder(folder, "site", write=False) == folder.resolve()
+        files.claim_folder(folder, "site", write=False)
+    files.mark_claimed(folder, "site")
+    assert files.claim_folder(folder, "site", write=False) == folder.resolve()
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")

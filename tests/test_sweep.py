@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longctx import LongctxError
-from longctx import files as outputs
+from longctx import LongctxError, files
 from longctx.run import harness
 from longctx.tools import sweep
 
@@ -194,7 +193,7 @@ def test_slurm_without_submitit_names_the_install(tmp_path, monkeypatch):
 
 def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
     a = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
-    outputs.claim_folder(a.out, "sweep")  # as sweep.run does
+    files.claim_folder(a.out, "sweep")  # as sweep.run does
     point = a.points()[0]
     folder = a.folder(point)
     folder.mkdir(parents=True)
@@ -222,7 +221,7 @@ def test_a_live_sweeps_temporary_folder_is_left_alone(tmp_path):
     import socket
 
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
-    outputs.claim_folder(sw.out, "sweep")  # as sweep.run does
+    files.claim_folder(sw.out, "sweep")  # as sweep.run does
     point = sw.points()[0]
     sw.folder(point).mkdir(parents=True)
     (sw.folder(point) / "point.json").write_text(json.dumps({"status": "ok", "key": sw.key(point)}))
@@ -264,7 +263,7 @@ def test_one_sweep_at_a_time_on_a_folder(tmp_path):
     import fcntl
 
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
-    outputs.claim_folder(sw.out, "sweep")
+    files.claim_folder(sw.out, "sweep")
     with (tmp_path / ".lock").open("a+") as held:  # another sweep holds the folder
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(LongctxError, match="Another sweep is running on"):
@@ -292,7 +291,7 @@ def test_replaced_weights_are_a_new_experiment_and_points_run_a_snapshot(tmp_pat
     raw[-100] ^= 0xFF
     (model / "model.safetensors").write_bytes(bytes(raw))
     assert sw.key(sw.points()[0]) != before
-    outputs.claim_folder(sw.out, "sweep")
+    files.claim_folder(sw.out, "sweep")
     snap = sweep._snapshot(sw)
     assert snap.read_bytes() == sw.path.read_bytes() and snap.parent.parent == sw.out / "source"
     snap.write_text(snap.read_text().replace("SEQ_LEN", "SEQ_LEN_EDITED"))  # the copy edited by hand
@@ -424,7 +423,7 @@ def test_edited_data_and_other_library_versions_are_in_the_key(tmp_path, monkeyp
 
 def test_a_damaged_sweep_folder_is_refused_before_any_point(tmp_path):
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path / "sw")
-    outputs.claim_folder(sw.out, "sweep")
+    files.claim_folder(sw.out, "sweep")
     (sw.out / "points").write_text("not a folder")
     with pytest.raises(LongctxError, match="points should be a folder that the sweep writes"):
         sweep.run(sw, progress=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from longctx import files as outputs
+from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained
 from longctx.paths import data_dir, user_path
@@ -87,11 +87,11 @@ def pretrain(
             f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
             "folder of its own, e.g. --out data/my-base."
         )
-    out = outputs.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
+    out = files.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
     rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
     model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
     dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
-    with outputs.staging(out) as tmp:
+    with files.staging(out) as tmp:
         cfg = TrainConfig(
             output_dir=str(Path(tmp) / "run"),
             max_steps=steps,
@@ -110,9 +110,9 @@ def pretrain(
                 f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "
                 f"{out}. Lower --learning-rate or check --rope-theta."
             )
-        files = Path(tmp) / "model"
-        model.save_pretrained(files, safe_serialization=True)
-        data.tokenizer().save_pretrained(files)
+        staged = Path(tmp) / "model"
+        model.save_pretrained(staged, safe_serialization=True)
+        data.tokenizer().save_pretrained(staged)
         manifest = {
             "params": params,
             "trained_length": seq_len,
@@ -123,9 +123,9 @@ def pretrain(
             "params_count": models.n_params(model),
             "created": time.strftime("%Y-%m-%d"),
         }
-        (files / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        data.write_checksums(files)
-        outputs.place(files, out, "pretrain")  # the training run's folder goes with the temporary one
+        (staged / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        data.write_checksums(staged)
+        files.place(staged, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
 
 

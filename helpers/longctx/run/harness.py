@@ -20,8 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from longctx import children, quiet
-from longctx import files as outputs
+from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
 from longctx.models import PRESETS, check_spec
 from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
@@ -301,7 +300,7 @@ def run(
     from longctx.data import require_corpus
 
     require_corpus()  # every size reads the corpus; a notebook never downloads it
-    target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=outputs.OUT_ROOM)
+    target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     default = (build_dir() / notebook.stem).resolve()
     if target == default and target.exists():  # build/<notebook>/ from before folders were claimed: ours only
         known = {"results.json", notebook.name, "figures", "run", "runs", "ft", "timed", "interactive"}
@@ -320,7 +319,7 @@ def run(
             f"{notebook} is inside the output folder {target}; give --out another folder (the run "
             "writes an executed copy of the notebook under the same name)."
         )
-    out = outputs.claim_folder(target, "run", default=build_dir() / notebook.stem)
+    out = files.claim_folder(target, "run", default=build_dir() / notebook.stem)
     results_path = out / "results.json"
     executed = out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
@@ -369,7 +368,7 @@ def run(
             str(exc),
         ) from None
     except OSError as exc:
-        raise outputs.write_error(exc, writing) from None
+        raise files.write_error(exc, writing) from None
     finally:
         for k, v in env_before.items():
             if v is None:
@@ -381,7 +380,7 @@ def run(
                 _without_progress_widgets(writing)
                 os.replace(writing, executed)
         except OSError as exc:
-            raise outputs.write_error(exc, executed) from None
+            raise files.write_error(exc, executed) from None
         finally:
             writing.unlink(missing_ok=True)  # a write that failed half-way (a full disk, a size limit) leaves nothing
     seconds = time.perf_counter() - start

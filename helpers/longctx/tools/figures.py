@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from longctx import files as outputs
+from longctx import files
 from longctx.errors import LongctxError
 from longctx.paths import build_dir
 
@@ -35,7 +35,7 @@ def regenerate(
     from longctx.run import harness, needs
 
     writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
-    out = outputs.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, force=force)
+    out = files.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, force=force)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
     runs = dict(runs or {})
     for nb in notebooks:  # every notebook's parameters and needs before the first one runs
@@ -46,9 +46,9 @@ def regenerate(
         if nb not in runs:
             print(f"== {nb} ({size})", flush=True)
             runs[nb] = harness.run(nb, size, out=build_dir() / "figures-runs" / size / nb, progress=progress)
-    with outputs.staging(out) as tmp:
+    with files.staging(out) as tmp:
         _collect(Path(tmp), size, runs)
-        outputs.place(Path(tmp), out, "figures")
+        files.place(Path(tmp), out, "figures")
     return out
 
 

@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from longctx import files as outputs
+from longctx import files
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 
@@ -58,7 +58,7 @@ def build(
     check_installed()
     check_choice("size", size, harness.SIZES)
     # new, empty, or a site this command built with nothing added since (its marker lists its files)
-    out = outputs.claim_folder(out or build_dir() / "site" / size, "site", write=False)
+    out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)
     runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
     figures = Path(figures) if figures else build_dir() / "figures" / size
     with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
@@ -240,7 +240,7 @@ def _replace_folder(new: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     shutil.copytree(new, staged, dirs_exist_ok=True)
-    outputs.mark_claimed(staged, "site", _files(staged))  # so the next build may replace it, and only it
+    files.mark_claimed(staged, "site", _files(staged))  # so the next build may replace it, and only it
     old = None
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -28,8 +28,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longctx import children, versions
-from longctx import files as outputs
+from longctx import children, files, versions
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
@@ -102,7 +101,7 @@ class Sweep:
         for point in self.points():  # every point's types, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
-        self.out = outputs.claim_folder(self.out or default, "sweep", default=default, write=False)
+        self.out = files.claim_folder(self.out or default, "sweep", default=default, write=False)
 
         self._versions = {k: v for k, v in versions().items() if k != "device"}
         self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
@@ -295,7 +294,7 @@ def run(
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
     _check_layout(sweep.out)
-    outputs.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
+    files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
     with _only_sweep_on(sweep.out):
         return _run_locked(sweep, executor, jobs, slurm, metric, progress)
 
@@ -369,7 +368,7 @@ def _snapshot(sweep: Sweep) -> Path:
         if hashlib.sha256(sweep.path.read_bytes()).hexdigest() != sweep._source:
             raise LongctxError(f"{sweep.path} changed after the sweep was set up; run the command again.")
         copy.parent.mkdir(parents=True, exist_ok=True)
-        with outputs.atomic(copy) as tmp:
+        with files.atomic(copy) as tmp:
             shutil.copyfile(sweep.path, tmp)
     return copy
 
@@ -447,7 +446,7 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     rows = table(sweep)
     columns = list(dict.fromkeys(k for row in rows for k in row))
     path = sweep.out / "sweep.csv"
-    with outputs.atomic(path) as tmp, tmp.open("w", newline="") as f:
+    with files.atomic(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
