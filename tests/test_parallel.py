@@ -83,7 +83,7 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
 
     out = tmp_path / "run"
     code = (
-        "from longctx import parallel\n"
+        "from longctx.levers import parallel\n"
         f"parallel.launch('cp', 2, model='small', seq_len=65536, out={str(out)!r}, progress=False)\n"
     )
     kernel = subprocess.Popen([sys.executable, "-c", code])  # stands in for the notebook's kernel
