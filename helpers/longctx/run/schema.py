@@ -1,6 +1,6 @@
 """A notebook's parameters checked against its schema, `notebooks/params/<notebook>/schema.yaml`: a JSON Schema of
 names, types and ranges validated by the jsonschema library, plus the checks between parameters a schema cannot
-state (`x-relations`). The one place a value is checked before a kernel starts; the library below trusts it."""
+state (`x-relations`). The one place a notebook's parameters are checked, before a kernel starts."""
 
 from __future__ import annotations
 
