@@ -316,3 +316,73 @@ def test_a_family_transformers_runs_on_other_kernels_only_is_told_which():
         estimate(gemma2, 256)
     assert "config.json" not in str(err.value)  # the config is fine
     assert estimate(gemma2, 256, attn_implementation="flash_attention_2").peak_bytes > 0
+
+
+def _qwen3_moe(layers: int = 6):
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(
+        hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2, vocab_size=4096,
+    )  # fmt: skip
+
+
+def _llama_3_2_1b():
+    from transformers import LlamaConfig
+
+    from longctx.models import LLAMA_3_2_1B
+
+    return LlamaConfig(**LLAMA_3_2_1B)
+
+
+FAST_CASES = {
+    "tiny-preset-deep": ("deep", 2048, {}),
+    "qwen3-0.6b": ("qwen3-0.6b", 4096, {}),
+    "qwen3-4b-plain-no-checkpointing": ("qwen3-4b", 32768, dict(loss="plain", checkpointing=False)),
+    "qwen3-4b-offload": ("qwen3-4b", 131072, dict(offload=True)),
+    "qwen3-4b-cpu-kernels-fp32-for-loop": ("qwen3-4b", 8192, dict(device="cpu", dtype="fp32", optim="for-loop")),
+    "qwen3-8b-flash-attention-1m": ("qwen3-8b", 1048576, dict(attn_implementation="flash_attention_2")),
+    "held-out-dense-llama-3.2-1b": (_llama_3_2_1b, 65536, {}),
+    "held-out-moe-qwen3-moe": (_qwen3_moe, 16384, dict(optim="foreach")),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(FAST_CASES))
+def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
+    """Traced at 3 and 4 layers and extended (memory/repeat.py) vs every layer traced: the same timeline, row by row,
+    to the byte — or, where AdamW's foreach kernels group an MoE's expert tensors, within 0.1% of the peak (a few
+    bytes in a few optimizer rows)."""
+    import numpy as np
+
+    model, seq_len, levers = FAST_CASES[case]
+    model = model() if callable(model) else model
+    fast, exact = estimate(model, seq_len, **levers), estimate(model, seq_len, exact=True, **levers)
+    assert fast.meta["method"].startswith("layers 3 and 4") and exact.meta["method"] == "traced"
+    assert fast.phases == exact.phases and fast.peak_phase == exact.peak_phase
+    np.testing.assert_array_equal(fast.bands, exact.bands)
+    for a, b in ((fast.timeline, exact.timeline), (fast.host_bytes, exact.host_bytes)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-3 * exact.peak_bytes)
+    assert fast.peak_bytes == pytest.approx(exact.peak_bytes, rel=1e-3)
+    for key in ("params", "fixed_gib", "saved_layer_tensors", "hidden_sized_tensors", "attention_mask_gib"):
+        assert fast.meta[key] == exact.meta[key], key
+
+
+def test_layers_that_differ_are_traced_whole():
+    from transformers import Gemma3TextConfig
+
+    from longctx.memory import repeat
+
+    sliding = Gemma3TextConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=1000,
+        sliding_window=64,
+    )  # fmt: skip  (five sliding-window layers, then one of full attention)
+    assert not repeat.identical_layers(sliding) and repeat.identical_layers(_qwen3_moe())
+    assert estimate(sliding, 256, attn_implementation="eager").meta["method"] == "traced"
+    assert estimate("qwen3-0.6b", 4096, cp_size=2).meta["method"] == "traced"  # FSDP's prefetches cross layers

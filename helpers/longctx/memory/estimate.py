@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import time
 
+import numpy as np
 import torch
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.lengths import MAX_TOKENS
-from longctx.memory import gpu_kernels
-from longctx.memory.measure import TimelineTracker
+from longctx.memory import gpu_kernels, repeat
+from longctx.memory.measure import TimelineTracker, profile_of
 from longctx.memory.profile import MemoryProfile
 from longctx.models import DTYPE_NAMES, torch_dtype
 from longctx.shapes import check_plan
@@ -318,6 +319,7 @@ def estimate(
     device: str | None = None,
     optim: str = "fused",
     attn_implementation: str = "sdpa",
+    exact: bool = False,
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
     on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same
@@ -329,10 +331,11 @@ def estimate(
     (OPTIMIZERS; the Trainer's default is "fused") and `attn_implementation` transformers' attention.
 
     With `cp_size=N` the profile is one rank's of an N-GPU context-parallel job (FSDP2 sharding, this
-    rank's slice of the sequence, the ring's buffers), run under torch's fake process group."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    rank's slice of the sequence, the ring's buffers), run under torch's fake process group.
 
-    from longctx import compat, models
+    A stack of identical decoder layers is traced at 3 and 4 layers and extended to its depth
+    (memory/repeat.py says why that is exact); `exact=True` traces every layer, as does a CP step."""
+    from longctx import models
 
     device = device or ("cuda" if fake else "cpu")
     cfg = models.config(model) if isinstance(model, str) else model
@@ -362,36 +365,25 @@ def estimate(
     if offload and not fake:
         raise LongctxError("A real CPU step has no separate host memory to offload to; estimate it (fake=True).")
     layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
-    start = time.perf_counter()
-    fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
-    build_dtype = torch.float32 if mixed_precision else DTYPES[dtype]
-    # under CP the attention stays torch's CPU ring (the only ring a CPU build can run); the rest is the GPU's
-    kernels = compat.gpu_dispatch(gpu_kernels, attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
-    with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
-        net, optimizer, step = build_step(
-            cfg,
-            seq_len,
-            loss=loss,
-            checkpointing=checkpointing,
-            offload=offload,
-            batch=batch,
-            mesh=mesh,
-            mixed_precision=mixed_precision,
-            optim=optim,
-            attn_implementation=attn_implementation,
-        )
-        tracker = TimelineTracker("cpu", host=HOST, band_bytes=layer_input)
-        tracker.track_external(net, optimizer)
-        tracker.watch_layer_inputs(_decoder_layers(net))
-        masks = _attention_masks(net)
-        with tracker:
-            tracker.record()
-            step()
-            tracker.record()
-        mask_bytes = sum(masks.values())
-    profile = tracker.profile("fake-tensors" if fake else "memtracker")
-    first = dict(zip(CATEGORIES, profile.timeline[0]))
+    levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
+    levers.update(optim=optim, attn_implementation=attn_implementation)
+    how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    layers = text.num_hidden_layers
+    start = time.perf_counter()
+    method = "traced"
+    # FSDP's prefetches under CP cross layer boundaries, so a CP step is traced whole
+    if fake and not exact and cp_size == 1 and layers > repeat.TRACED[-1] and repeat.identical_layers(text):
+        try:
+            small = [_trace(repeat.shrunk(cfg, n), **how, label_layers=True) for n in repeat.TRACED]
+            trace, method = repeat.extend(*small, layers), f"layers {' and '.join(map(str, repeat.TRACED))} traced, extended"
+        except repeat.NotRepeating:  # a stack whose layers run different operators: trace it whole
+            pass
+    if method == "traced":
+        trace = _trace(cfg, **how)
+    source = "fake-tensors" if fake else "memtracker"
+    profile = profile_of("cpu", source, trace["rows"], trace["phases"], trace["host"], trace["bands"], layer_input)
+    first = dict(zip(CATEGORIES, profile.timeline[0]))
     profile.note(
         "estimate",
         model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
@@ -407,17 +399,53 @@ def estimate(
         device=device,
         optim=optim,
         attn_implementation=attn_implementation,
-        params=sum(p.numel() for p in net.parameters()),
+        params=trace["params"],
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,
-        saved_layer_tensors=tracker.layer_inputs_at_forward_end,
-        hidden_sized_tensors=int(tracker.forward_end_activations.get(layer_input, 0)),
+        saved_layer_tensors=trace["saved_layer_tensors"],
+        hidden_sized_tensors=trace["hidden_sized_tensors"],
         sliding_window=getattr(text, "sliding_window", None),
-        attention_mask_gib=mask_bytes / GIB,  # (seq × seq) masks transformers built for the attention kernel
+        attention_mask_gib=trace["mask_bytes"] / GIB,  # (seq × seq) masks transformers built for the attention kernel
         device_peak_gib=profile.peak_gib,
+        method=method,
         wall_seconds=time.perf_counter() - start,
     )
     return profile
+
+
+def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, label_layers=False) -> dict:
+    """One step of `cfg` under the tracker: its timeline (one row per operator) and the counts `estimate` notes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from longctx import compat
+
+    fake_mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    build_dtype = torch.float32 if levers["mixed_precision"] else DTYPES[dtype]
+    # under CP the attention stays torch's CPU ring (the only ring a CPU build can run); the rest is the GPU's
+    kernels = compat.gpu_dispatch(gpu_kernels, attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
+    with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
+        net, optimizer, step = build_step(cfg, seq_len, mesh=mesh, **levers)
+        tracker = TimelineTracker("cpu", host=HOST, band_bytes=band_bytes)
+        if label_layers:
+            tracker.label_layers()
+        tracker.track_external(net, optimizer)
+        tracker.watch_layer_inputs(_decoder_layers(net))
+        masks = _attention_masks(net)
+        with tracker:
+            tracker.record()
+            step()
+            tracker.record()
+    return {
+        "rows": np.asarray(tracker.rows, dtype=np.int64),
+        "phases": tracker.phases,
+        "host": np.asarray(tracker.host_rows, dtype=np.int64),
+        "bands": np.asarray(tracker.band_rows, dtype=np.int64),
+        "layers": tracker.layer_rows,
+        "params": sum(p.numel() for p in net.parameters()),
+        "saved_layer_tensors": tracker.layer_inputs_at_forward_end,
+        "hidden_sized_tensors": int(tracker.forward_end_activations.get(band_bytes, 0)),
+        "mask_bytes": sum(masks.values()),
+    }
 
 
 def _decoder_layers(net) -> list:

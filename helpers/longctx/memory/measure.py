@@ -79,6 +79,7 @@ class TimelineTracker(FrozenParamsMemTracker):
         self.forward_end_activations: Counter = Counter()  # storage bytes → how many
         self._layer_inputs: list = []  # weak references to the storages decoder layers took as input
         self.layer_inputs_at_forward_end = 0
+        self.layer_rows: list[int] | None = None  # with label_layers(): the decoder layer running at each row (-1: none)
 
     def watch_layer_inputs(self, layers) -> None:
         """Count, at the end of the forward pass, the decoder layers' own inputs still alive on the device
@@ -91,6 +92,18 @@ class TimelineTracker(FrozenParamsMemTracker):
 
         for layer in layers:
             layer.register_forward_pre_hook(hook, with_kwargs=True)
+
+    def label_layers(self) -> None:
+        """Also record, for every row, which decoder layer (`…layers.<i>`) was running: the fast estimate reads
+        the timeline layer by layer."""
+        self.layer_rows = []
+
+    def _layer(self) -> int:
+        for name in self._mod_tracker.parents:
+            head, _, index = name.rpartition(".")
+            if index.isdigit() and head.rpartition(".")[2] == "layers":
+                return int(index)
+        return -1
 
     def _live_layer_inputs(self) -> int:
         live = set()  # storage addresses: a layer input seen twice (recorded again) counts once
@@ -141,26 +154,33 @@ class TimelineTracker(FrozenParamsMemTracker):
         )
         self.phases.append(phase)
         self.band_rows.append(self._bands)
+        if self.layer_rows is not None:
+            self.layer_rows.append(self._layer())
 
     def _update_peak_stats(self, peak_state) -> None:  # MemTracker calls this after every operator
         self.record()
 
     def profile(self, source: str) -> MemoryProfile:
-        timeline = np.asarray(self.rows, dtype=np.int64)
-        totals = timeline.sum(axis=1)
-        i = int(totals.argmax())
-        return MemoryProfile(
-            device=self.device.type,
-            source=source,
-            timeline=timeline,
-            phases=list(self.phases),
-            peak_bytes=int(totals[i]),
-            peak_phase=self.phases[i],
-            peak_breakdown=dict(zip(CATEGORIES, (int(x) for x in timeline[i]))),
-            host_bytes=np.asarray(self.host_rows, dtype=np.int64),
-            band_bytes=self.band_bytes,
-            bands=np.asarray(self.band_rows, dtype=np.int64),
-        )
+        return profile_of(self.device.type, source, self.rows, self.phases, self.host_rows, self.band_rows, self.band_bytes)
+
+
+def profile_of(device: str, source: str, rows, phases, host, bands, band_bytes: int) -> MemoryProfile:
+    """A MemoryProfile from a timeline (one row of bytes per category per event) and its phases."""
+    timeline = np.asarray(rows, dtype=np.int64)
+    totals = timeline.sum(axis=1)
+    i = int(totals.argmax())
+    return MemoryProfile(
+        device=device,
+        source=source,
+        timeline=timeline,
+        phases=list(phases),
+        peak_bytes=int(totals[i]),
+        peak_phase=phases[i],
+        peak_breakdown=dict(zip(CATEGORIES, (int(x) for x in timeline[i]))),
+        host_bytes=np.asarray(host, dtype=np.int64),
+        band_bytes=band_bytes,
+        bands=np.asarray(bands, dtype=np.int64),
+    )
 
 
 def measure(

@@ -1,0 +1,139 @@
+"""A training step's memory timeline for a stack of N identical decoder layers, from the traces of 3 and 4 layers.
+
+Why this is exact: identical layers run the same operators on the same shapes, so the trace of a step is a fixed
+sequence of stretches — the operators before the first layer, one stretch per layer in forward (and again in
+backward), the operators after — and one more layer adds one stretch to each pass. Every row of bytes is then
+affine in the depth N (one more layer: its parameters, gradients, optimizer state and saved input) and, inside the
+stretch of a middle layer, affine in that layer's index (the saved inputs below it, the gradients above it). The 4-layer
+trace has two middle layers, so it gives the step from one layer index to the next; the 3-layer trace beside it gives
+the step from one depth to the next. The first and last layers are kept apart (they read the embedding, or feed the
+head). Stretches whose length grows with depth (the optimizer's, one run of identical rows per layer) are lengthened.
+`tests/test_estimate.py` holds the extension to a full trace, byte for byte; anything that does not fit this shape
+raises NotRepeating and the caller traces every layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+
+TRACED = (3, 4)  # the depths traced: the smallest with one, and with two, middle layers
+# config keys that make one decoder layer differ from another (dense layers before MoE ones, MoE every k-th layer)
+PER_LAYER = ("mlp_only_layers", "first_k_dense_replace", "decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
+UNIFORM = (None, 0, 1, [], ())  # their values that leave every layer alike
+
+
+class NotRepeating(Exception):
+    """The traces are not one stretch per identical layer: trace the whole stack instead."""
+
+
+def identical_layers(text) -> bool:
+    """Whether the config builds every decoder layer alike: no per-layer list (layer_types: sliding and full
+    attention) with two different entries, no key that mixes dense and expert layers."""
+    lists = [v for v in vars(text).values() if isinstance(v, (list, tuple)) and len(v) == text.num_hidden_layers]
+    return all(len({repr(x) for x in v}) == 1 for v in lists) and all(getattr(text, k, None) in UNIFORM for k in PER_LAYER)
+
+
+def shrunk(cfg, layers: int):
+    """A copy of `cfg` with `layers` decoder layers (per-layer lists cut to match)."""
+    cfg = copy.deepcopy(cfg)
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    for key, value in vars(text).items():
+        if isinstance(value, (list, tuple)) and len(value) == text.num_hidden_layers:
+            setattr(text, key, type(value)(value[:layers]))
+    text.num_hidden_layers = layers
+    return cfg
+
+
+def _stretches(trace: dict) -> list[tuple[int, str, int, int]]:
+    """(layer or -1, phase, first row, end row) of each run of rows with the same layer and phase."""
+    out, row = [], 0
+    for (layer, phase), run in itertools.groupby(zip(trace["layers"], trace["phases"])):
+        size = len(list(run))
+        out.append((layer, phase, row, row + size))
+        row += size
+    return out
+
+
+def extend(small: dict, large: dict, depth: int) -> dict:
+    """The trace of `depth` layers from those of TRACED[0] (`small`) and TRACED[1] (`large`) layers."""
+    k_small, k_large = TRACED
+    cols = [np.column_stack([t["rows"], t["host"], t["bands"]]) for t in (small, large)]
+    parts = [_stretches(t) for t in (small, large)]
+    layers = [{(layer, phase): cols[w][a:b] for layer, phase, a, b in parts[w] if layer >= 0} for w in (0, 1)]
+    others = [[cols[w][a:b] for layer, _, a, b in parts[w] if layer < 0] for w in (0, 1)]
+    passes = ("forward", "backward")
+    for w, k in enumerate(TRACED):  # every layer once per pass, in order, each pass's stretches of one length
+        order = [(layer, phase) for layer, phase, _, _ in parts[w] if layer >= 0]
+        if order != [(i, ph) for ph in passes for i in _order(ph, k)]:
+            raise NotRepeating("the layers do not run once per pass, in order")
+        if len({(ph, len(x)) for (_, ph), x in layers[w].items()}) != len(passes):
+            raise NotRepeating("layers of one pass run different operators")
+    if [len(x) for x in others[0]] and len(others[0]) != len(others[1]):
+        raise NotRepeating("the stretches outside the layers differ")
+    more = depth - k_large
+
+    def affine(x_small, x_large):  # the same rows at depth `depth`
+        if x_small.shape != x_large.shape:
+            raise NotRepeating("a stretch changes length with depth")
+        return x_large + more * (x_large - x_small)
+
+    def stretch(i: int, phase: str) -> np.ndarray:
+        """Layer i's rows: the first and last layers as traced, a middle one as layer 1 plus (i − 1) steps of one
+        layer index (layer 2 − layer 1 of the 4-layer trace)."""
+        if i in (0, depth - 1):
+            return affine(layers[0][(0 if i == 0 else k_small - 1, phase)], layers[1][(0 if i == 0 else k_large - 1, phase)])
+        step = layers[1][(2, phase)] - layers[1][(1, phase)]
+        return affine(layers[0][(1, phase)], layers[1][(1, phase)]) + (i - 1) * step
+
+    out, other = [], 0
+    for in_layer, phase in _runs(parts[1]):
+        if in_layer:
+            out.append(np.concatenate([stretch(i, phase) for i in _order(phase, depth)]))
+        else:
+            out.append(_grown(others[0][other], others[1][other], more))
+            other += 1
+    phases_all = [phase for x, (_, phase) in zip(out, _runs(parts[1])) for _ in range(len(x))]
+    scalars = {k: int(large[k] + more * (large[k] - small[k])) for k in SCALARS}
+    rows = np.concatenate(out)
+    return dict(scalars, rows=rows[:, :-2], host=rows[:, -2], bands=rows[:, -1], phases=phases_all, layers=None)
+
+
+SCALARS = ("params", "saved_layer_tensors", "hidden_sized_tensors", "mask_bytes")
+
+
+def _runs(stretches) -> list[tuple[bool, str]]:
+    """The trace as runs of (inside the layers?, phase): one run per pass through the layers, one per stretch outside."""
+    out = []
+    for layer, phase, _, _ in stretches:
+        if layer < 0 or not out or out[-1] != (True, phase):
+            out.append((layer >= 0, phase))
+    return out
+
+
+def _order(phase: str, depth: int) -> range:
+    return range(depth) if phase == "forward" else range(depth - 1, -1, -1)
+
+
+def _grown(x_small: np.ndarray, x_large: np.ndarray, more: int) -> np.ndarray:
+    """A stretch outside the layers at the full depth. Most keep their length; one that grows with depth (the
+    optimizer's, one block of rows per layer's parameters) is found to repeat a block in the larger trace, and gets
+    one block per layer it lacks."""
+    if x_small.shape == x_large.shape:
+        return x_large + more * (x_large - x_small)
+    block = len(x_large) - len(x_small)
+    if block < 0 or len(x_large) < 2 * block:
+        raise NotRepeating("a stretch shrinks with depth")
+    repeats = np.r_[(x_large[block:] == x_large[:-block]).all(axis=1), False]  # row i is row i + block again
+    best, start, run = 0, 0, 0
+    for i, same in enumerate(repeats):
+        run = run + 1 if same else 0
+        if run > best:
+            best, start = run, i - run + 1
+    if best < block:
+        raise NotRepeating("a stretch grows with depth by rows that do not repeat")
+    x = np.delete(x_large, slice(start, start + block), axis=0)  # the small trace's rows, one block fewer
+    x = x + more * (x - x_small)
+    return np.insert(x, start, np.tile(x[start : start + block], (more + 1, 1)), axis=0)
