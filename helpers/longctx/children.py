@@ -1,5 +1,4 @@
-"""Child processes that never outlive the process that started them: a launched torchrun and its ranks, a
-sweep's pool workers and their kernels."""
+"""Child processes that never outlive their parent: a launched torchrun and its ranks, a pool's workers and kernels."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import psutil
 
 
 def stop_with_parent() -> None:
-    """Called in a child before it runs (preexec_fn, a pool's initializer): Linux sends it SIGTERM when its
-    parent dies, even by SIGKILL. Elsewhere a no-op."""
+    """In a child before it runs (preexec_fn, a pool's initializer): Linux sends it SIGTERM when its parent dies."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):
@@ -20,8 +18,8 @@ def stop_with_parent() -> None:
 
 
 def _kill_trees(pids) -> None:
-    """Kill each process and every process below it (torchrun gives each rank a process group of its own, so a
-    group's kill would miss them): the whole tree is listed before the first kill."""
+    """Kill each process and every one below it, all listed before the first kill (torchrun's ranks have process
+    groups of their own: killing a group misses them)."""
     procs = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
@@ -45,9 +43,8 @@ def _pool_worker() -> None:
 
 
 def pool_map(fn, calls: list, workers: int, bar=None) -> list:
-    """`fn(call)` for each call on `workers` spawned processes, the results in the order of `calls`. Interrupted
-    (Ctrl-C) or failing, the calls not started are cancelled and the workers killed with everything below them,
-    so it returns at once instead of waiting for the running calls."""
+    """`fn(call)` for each call on `workers` spawned processes, in order. Interrupted or failing, it returns at once:
+    the calls not started cancelled, the workers killed with everything below them."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 

@@ -1,7 +1,6 @@
-"""What a lesson shows: its own output and the warnings that matter to a learner, not the libraries' chatter. Each
-switch below is the library's own (a logging level, a progress-bar switch, an environment variable), set only here;
-errors and every warning not named here still show. `for_lessons()` runs in `notebook.start`, in the
-context-parallel workers and, through `KERNEL_ARGUMENTS`, in the kernels the harness starts."""
+"""A lesson shows its own output and the warnings that matter, not the libraries' chatter: each switch here is the
+library's own (a log level, a progress-bar switch, an environment variable), set only here. `for_lessons()` runs in
+`notebook.start`, in the context-parallel workers and, through `KERNEL_ARGUMENTS`, in the harness's kernels."""
 
 from __future__ import annotations
 

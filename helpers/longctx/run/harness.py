@@ -8,7 +8,6 @@ import ast
 import contextlib
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,8 @@ from longctx.run.needs import MODEL_PARAMETERS, PATH_PARAMETERS
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
 OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
-# the executed notebook saved once, at the end; the kernel's own log quieted (quiet.py)
 _WIDGET = "application/vnd.jupyter.widget-view+json"  # a progress bar's output: saved stateless, a bar frozen at 0%
+# the executed notebook saved once, at the end; the kernel's own log quieted (quiet.py)
 _PAPERMILL = {"log_output": False, "request_save_on_cell_execute": False, "extra_arguments": quiet.KERNEL_ARGUMENTS}
 
 
@@ -59,9 +58,7 @@ def resolve(name: str) -> Path:
             "notebook's name (01, chunked_loss, 01_chunked_loss)."
         )
     found = notebooks()
-    if name in found:
-        return found[name]
-    matches = [p for s, p in found.items() if name in s.split("_", 1)]  # its number or its title
+    matches = [p for s, p in found.items() if name == s or name in s.split("_", 1)]  # its stem, number or title
     if len(matches) == 1:
         return matches[0]
     raise LongctxError(f"Unknown notebook {name!r}. Available: {', '.join(found) or '(none)'}.")
@@ -91,16 +88,14 @@ def size_params(notebook: Path, size: str) -> dict:
 
 def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
-    if not path.exists():
-        if not sizes(notebook):
-            raise LongctxError(
-                f"{notebook.name} has no sizes: a notebook run by its path takes them from the "
-                f"repository's notebooks/params/<stem>/, so name a copy like the lesson it copies "
-                f"(e.g. 01_chunked_loss.ipynb)."
-            )
+    if not path.exists() and not sizes(notebook):
         raise LongctxError(
-            f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} "
-            f"(files in notebooks/params/{notebook.stem}/)."
+            f"{notebook.name} has no sizes: a notebook run by its path takes them from the repository's "
+            "notebooks/params/<stem>/, so name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb)."
+        )
+    if not path.exists():
+        raise LongctxError(
+            f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} ({path.parent}/)."
         )
     try:
         values = yaml.safe_load(path.read_text()) or {}
@@ -124,17 +119,14 @@ def declared_parameters(notebook: Path) -> dict:
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise LongctxError(f"{notebook.name} must have exactly one cell tagged 'parameters' (found {len(cells)}).")
-    declared = {}
     try:
-        for node in ast.parse(cells[0].source).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                declared[node.targets[0].id] = ast.literal_eval(node.value)
+        assigns = [n for n in ast.parse(cells[0].source).body if isinstance(n, ast.Assign) and len(n.targets) == 1]
+        return {n.targets[0].id: ast.literal_eval(n.value) for n in assigns if isinstance(n.targets[0], ast.Name)}
     except (SyntaxError, ValueError) as exc:
         raise LongctxError(
             f"{notebook.name}: its parameters cell must assign plain literals (NAME = 4096, a string, "
             f"a list), one per line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
         ) from None
-    return declared
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -153,21 +145,16 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
-
-
 def parse_value(raw: str):
     """A decimal is a decimal ("064" is 64, "1e-3" a float), only true/false are booleans, null/None is
     None, [a, b] is a list of such values, quotes keep a string; anything else stays the string it is
     (YAML 1.1 would read 064 as octal 52, 1:04 as 64, yes as True and a date as a date)."""
     text, lower = raw.strip(), raw.strip().lower()
-    if _INT.fullmatch(text):
-        if len(text) > 30:  # no parameter counts that high; Python itself refuses past 4300 digits
-            raise LongctxError(f"Cannot read {text[:20]}… ({len(text)} digits) as a number: no parameter takes one that large.")
-        return int(text)
-    if _FLOAT.fullmatch(text):
-        return float(text)
+    if len(text) > 30 and text.lstrip("+-").isdigit():  # no parameter counts that high (float() would say inf)
+        raise LongctxError(f"Cannot read {text[:20]}… ({len(text)} digits) as a number: no parameter takes one that large.")
+    for number in (int, float) if "_" not in text else ():  # Python's own reading of a decimal ("1_000" stays text)
+        with contextlib.suppress(ValueError):
+            return number(text)
     if lower in ("true", "false", "null", "none", "~"):
         return {"true": True, "false": False}.get(lower)
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
@@ -181,22 +168,16 @@ def parse_value(raw: str):
 
 def split_top_level(text: str) -> list[str]:
     """Split on commas that are not inside brackets or quotes: "1,[2,3],'a,b'" → ["1", "[2,3]", "'a,b'"]."""
-    parts, depth, quote, current = [], 0, "", ""
-    for ch in text:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        if ch == "," and depth == 0 and not quote:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return parts + [current]
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote or ch in "'\"":  # a quote opens, or closes the one open
+            quote = "" if ch == quote else quote or ch
+        elif ch in "[{(]})":
+            depth += 1 if ch in "[{(" else -1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
 
 
 def _absolute(value):
@@ -308,10 +289,9 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
             raise files.write_error(exc, executed) from None
         finally:
             writing.unlink(missing_ok=True)  # a write that failed half-way (a full disk, a size limit) leaves nothing
-    seconds = time.perf_counter() - start
     if not results_path.exists():
         raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
-    return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), seconds)
+    return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), time.perf_counter() - start)
 
 
 def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = True) -> list[RunResult]:
