@@ -42,29 +42,26 @@ def _pool_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops the workers itself
 
 
-def pool_map(fn, calls: list, workers: int, bar=None) -> list:
-    """`fn(call)` for each call on `workers` spawned processes, in order. Interrupted or failing, it returns at once:
-    the calls not started cancelled, the workers killed with everything below them."""
+def pool_map(fn, calls: list, workers: int, bar) -> list:
+    """`fn(call)` for each call on `workers` spawned processes, in order, counted on `bar` (a tqdm). Interrupted or
+    failing, it returns at once: the calls not started cancelled, the workers killed with everything below them."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker)
-    try:
-        futures = {pool.submit(fn, call): i for i, call in enumerate(calls)}
-        results: list = [None] * len(calls)
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            if bar is not None:
+    results: list = [None] * len(calls)
+    with bar:
+        try:
+            futures = {pool.submit(fn, call): i for i, call in enumerate(calls)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
                 bar.update()
-    except BaseException:
-        with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
-            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the pool's pipes to killed workers fail quietly
-        _kill_trees(list(getattr(pool, "_processes", None) or {}))  # the pool's worker PIDs (CPython's attribute)
-        pool.shutdown(wait=True, cancel_futures=True)  # returns at once: the pool sees its workers gone
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
+        except BaseException:
+            with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
+                signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the pool's pipes to killed workers fail quietly
+            _kill_trees(list(getattr(pool, "_processes", None) or {}))  # the pool's worker PIDs (CPython's attribute)
+            pool.shutdown(wait=True, cancel_futures=True)  # returns at once: the pool sees its workers gone
+            raise
     pool.shutdown()
     return results
 

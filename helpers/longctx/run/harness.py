@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -251,44 +252,36 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     results_path, executed = out / "results.json", out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
         old.unlink(missing_ok=True)
-    start = time.perf_counter()
-    writing = executed.with_name(f".{executed.stem}.tmp{os.getpid()}.ipynb")  # renamed into place once whole
-    kills_before = children.oom_kills()
-    whole = False  # papermill wrote the executed notebook to the end (also when a cell failed)
-    try:
-        with mock.patch.dict(os.environ, LONGCTX_OUT=str(out), LONGCTX_SIZE=size):  # the kernel's session reads them
-            pm.execute_notebook(str(notebook), str(writing), params, cwd=str(out), progress_bar=progress, **_PAPERMILL)
-        whole = True
-    except pm.PapermillExecutionError as exc:
-        whole = True
-        failed = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
-        raise NotebookFailed(f"{failed}. The executed notebook is at {executed}.", exc.ename, exc.evalue) from None
-    except DeadKernelError as exc:  # killed from outside, or it exited
-        with contextlib.suppress(OSError, ValueError):  # papermill may or may not have written it whole after the death
-            whole = isinstance(json.loads(writing.read_bytes()), dict)
-        killed = children.oom_kills() > kills_before  # a result, like any out-of-memory error (a sweep keeps it)
-        why = (
-            "the operating system's out-of-memory killer stopped the kernel; lower the lengths or batch with -p."
-            if killed
-            else f"the kernel died ({exc}) and the operating system recorded no out-of-memory kill: something ended it (a "
-            "cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run the command again."
-        )
-        raise NotebookFailed(f"{notebook.stem}: {why}", OOM_KILLED if killed else "DeadKernelError", str(exc)) from None
-    except OSError as exc:
-        raise files.write_error(exc, writing) from None
-    finally:
+    start, kills_before = time.perf_counter(), children.oom_kills()
+    failed = None  # a cell's error or the kernel's death: raised once the executed notebook is in place
+    with files.atomic(executed) as writing, warnings.catch_warnings():  # a failed write leaves nothing half-written
+        warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
         try:
-            if whole and writing.exists():  # without progress bars' widgets (_WIDGET)
-                nb = nbformat.read(writing, as_version=4)
-                for cell in (c for c in nb.cells if c.cell_type == "code"):
-                    cell.outputs = [o for o in cell.outputs if _WIDGET not in o.get("data", {})]
-                nb.metadata.pop("widgets", None)
-                nbformat.write(nb, writing)
-                os.replace(writing, executed)
-        except OSError as exc:
-            raise files.write_error(exc, executed) from None
-        finally:
-            writing.unlink(missing_ok=True)  # a write that failed half-way (a full disk, a size limit) leaves nothing
+            with mock.patch.dict(os.environ, LONGCTX_OUT=str(out), LONGCTX_SIZE=size):  # the kernel's session reads them
+                pm.execute_notebook(str(notebook), str(writing), params, cwd=str(out), progress_bar=progress, **_PAPERMILL)
+        except pm.PapermillExecutionError as exc:
+            why = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
+            failed = NotebookFailed(f"{why}. The executed notebook is at {executed}.", exc.ename, exc.evalue)
+        except DeadKernelError as exc:  # killed from outside, or it exited
+            killed = children.oom_kills() > kills_before  # a result, like any out-of-memory error (a sweep keeps it)
+            why = (
+                "the operating system's out-of-memory killer stopped the kernel; lower the lengths or batch with -p."
+                if killed
+                else f"the kernel died ({exc}) and the operating system recorded no out-of-memory kill: something ended it (a "
+                "cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run it again."
+            )
+            failed = NotebookFailed(f"{notebook.stem}: {why}", OOM_KILLED if killed else "DeadKernelError", str(exc))
+            try:
+                json.loads(writing.read_bytes())  # papermill may or may not have written it whole after the death
+            except (OSError, ValueError):
+                raise failed from None
+        nb = nbformat.read(writing, as_version=4)
+        for cell in (c for c in nb.cells if c.cell_type == "code"):  # without progress bars' widgets (_WIDGET)
+            cell.outputs = [o for o in cell.outputs if _WIDGET not in o.get("data", {})]
+        nb.metadata.pop("widgets", None)
+        nbformat.write(nb, writing)
+    if failed:
+        raise failed
     if not results_path.exists():
         raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
     return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), time.perf_counter() - start)
