@@ -23,8 +23,7 @@ def _kill_trees(pids) -> None:
     procs = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            root = psutil.Process(pid)
-            procs += [root, *root.children(recursive=True)]
+            procs += [root := psutil.Process(pid), *root.children(recursive=True)]
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()

@@ -17,8 +17,7 @@ LOGGERS = ("transformers", "datasets", "accelerate", "trl", "DeepSpeed", "torch.
 
 # Upstream deprecations a lesson cannot act on (the call is inside the library), each with the version that emits it.
 UPSTREAM_WARNINGS = (
-    # trl 1.16 (trl/models/utils.py, GRPO's generation) calls the gradient_checkpointing* names that
-    # transformers 5.24 deprecated in favour of activation_checkpointing*
+    # trl 1.16 (trl/models/utils.py) calls gradient_checkpointing*, which transformers 5.24 deprecated for activation_*
     (FutureWarning, r"`(is_)?gradient_checkpointing\w*` is deprecated"),
 )
 
@@ -29,8 +28,7 @@ KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 def for_lessons() -> None:
-    """The libraries' loggers at ERROR, their progress bars off (the lesson's stay), the deprecations above hidden.
-    Safe to call more than once."""
+    """The libraries' loggers at ERROR, their progress bars off (the lesson's stay), the deprecations above hidden."""
     import torch
 
     for key, value in ENVIRONMENT.items():
@@ -51,8 +49,7 @@ def for_lessons() -> None:
 
 
 def no_log_printing(trainer) -> None:
-    """Keep the trainer's log (state.log_history, which lessons plot) without transformers' PrinterCallback printing
-    every entry while the progress bar is off."""
+    """Keep the trainer's log (state.log_history) without PrinterCallback printing each entry when the bar is off."""
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)

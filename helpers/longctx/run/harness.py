@@ -10,7 +10,7 @@ import json
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from unittest import mock
 
@@ -21,7 +21,6 @@ from longctx.errors import LongctxError, check_choice
 from longctx.models import PRESETS, check_spec
 from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
 from longctx.run import needs
-from longctx.run.needs import MODEL_PARAMETERS, PATH_PARAMETERS
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
@@ -49,9 +48,7 @@ def resolve(name: str) -> Path:
     path (that very file is run; its sizes are the repository's notebook of the same stem)."""
     given = Path(name)
     if given.suffix == ".ipynb":
-        if not given.is_file():
-            raise LongctxError(f"No notebook at {given}.")
-        declared_parameters(given)  # a file that is no notebook is told so, before its sizes are looked up
+        declared_parameters(given)  # a missing file, or one that is no notebook, is told so before its sizes are looked up
         return given.resolve()
     if len(given.parts) > 1:  # a path without the suffix: not a repository notebook's name
         raise LongctxError(
@@ -89,14 +86,12 @@ def size_params(notebook: Path, size: str) -> dict:
 
 def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
-    if not path.exists() and not sizes(notebook):
-        raise LongctxError(
-            f"{notebook.name} has no sizes: a notebook run by its path takes them from the repository's "
-            "notebooks/params/<stem>/, so name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb)."
-        )
     if not path.exists():
         raise LongctxError(
             f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} ({path.parent}/)."
+            if sizes(notebook)
+            else f"{notebook.name} has no sizes: a notebook run by its path takes them from the repository's "
+            "notebooks/params/<stem>/, so name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb)."
         )
     try:
         values = yaml.safe_load(path.read_text()) or {}
@@ -134,11 +129,10 @@ def parse_overrides(pairs: list[str]) -> dict:
     """`key=value` strings → values read the way a person reads them (see `parse_value`)."""
     out = {}
     for pair in pairs:
-        key, eq, raw = pair.partition("=")
-        key = key.strip()
+        key, eq, raw = (part.strip() for part in pair.partition("="))
         if not (eq and key):
             raise LongctxError(f"Parameter override {pair!r} is not of the form KEY=VALUE.")
-        if not raw.strip():
+        if not raw:
             raise LongctxError(f"Parameter override {pair!r} has no value after '=' (quote an empty string: {key}='').")
         if key in out:
             raise LongctxError(f"{key} is given twice with -p; keep one.")
@@ -203,7 +197,7 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
     schema.check(notebook.stem, merged, on_cpu=on_cpu, weights=weights)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
-    for key in MODEL_PARAMETERS:
+    for key in needs.MODEL_PARAMETERS:
         if isinstance(values.get(key), str):
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if notebook.stem == "02_yarn" and merged.get("MODEL") == "base":  # the committed base model
@@ -212,14 +206,8 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         manifest()
 
 
-@dataclass
-class RunResult:
-    notebook: str
-    size: str
-    out: Path
-    executed: Path
-    results: dict
-    seconds: float
+# what a run leaves: the notebook's stem and size, its folder and executed copy, its results.json and its seconds
+RunResult = namedtuple("RunResult", "notebook size out executed results seconds")
 
 
 def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
@@ -240,14 +228,11 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
 
     check_choice("size", size, SIZES)
     notebook = resolve(name)
-    params = {k: _absolute(v) if k in PATH_PARAMETERS else v for k, v in _checked(notebook, size, overrides).items()}
+    params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in _checked(notebook, size, overrides).items()}
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
-        raise LongctxError(
-            f"{notebook} is inside the output folder {target}; give --out another folder (the run "
-            "writes an executed copy of the notebook under the same name)."
-        )
+        raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
     out = files.claim_folder(target, "run", default=build_dir() / notebook.stem)
     results_path, executed = out / "results.json", out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh

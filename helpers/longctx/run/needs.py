@@ -37,11 +37,9 @@ class Needs:
         """One line: '8 CUDA GPUs ≥ 80 GB, hub (20 GB disk), ~20 min (expected)'."""
         kind = "CUDA GPU" if self.accelerator == "cuda" else "CUDA GPU or Neuron core"
         gpus = f"{self.gpus} {kind}{'s' if self.gpus > 1 else ''} ≥ {self.gpu_memory_gb:g} GB"
-        parts = ["CPU" if self.accelerator == "none" else gpus]
-        if self.hub:
-            parts.append(f"hub ({self.disk_gb:g} GB disk)")
-        parts.append(f"~{self.minutes:g} min" + (" (expected)" if self.accelerator != "none" else ""))
-        return ", ".join(parts)
+        hub = [f"hub ({self.disk_gb:g} GB disk)"] if self.hub else []
+        minutes = f"~{self.minutes:g} min" + (" (expected)" if self.accelerator != "none" else "")
+        return ", ".join(["CPU" if self.accelerator == "none" else gpus, *hub, minutes])
 
 
 @lru_cache(maxsize=None)
