@@ -17,10 +17,8 @@ def unigram_entropy(ids) -> float:
 def stretches(curve: np.ndarray, trained: int, tail: float = 0.2) -> dict:
     """Mean of a per-position curve over the second half of the trained range (enough context, no extrapolation) and
     over the last `tail` of positions."""
-    return {
-        "in_range": float(curve[trained // 2 : trained - 1].mean()),
-        "last": float(curve[int((1 - tail) * len(curve)) :].mean()),
-    }
+    in_range, last = curve[trained // 2 : trained - 1], curve[int((1 - tail) * len(curve)) :]
+    return {"in_range": float(in_range.mean()), "last": float(last.mean())}
 
 
 def rise(curve: np.ndarray, trained: int, tail: float = 0.2) -> float:

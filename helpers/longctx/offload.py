@@ -1,13 +1,8 @@
-"""Activation offload: keep each checkpointed layer's saved input in host memory between forward and backward.
+"""Activation offload: each checkpointed layer's saved input waits in host memory between forward and backward.
 
-With gradient checkpointing a decoder layer keeps only its input for the backward pass (the rest is recomputed).
-transformers offloads by wrapping each layer's `checkpoint` in torch's `save_on_cpu`: the input goes to host memory
-through the saved-tensor hooks, so its device copy dies as soon as the next layer no longer needs it. The same
-structure serves three ways: transformers' own path on an accelerator (`activation_checkpointing_kwargs={"offload":
-True}`); on the CPU, where device and host are one memory, a `HostPool` that copies the saved inputs into memory
-torch's tracker does not see (NumPy buffers) and counts them: no RAM is saved, it measures *residency*, which saved
-tensors would leave the device; and under fake tensors (the estimator), with the `meta` device as the host.
-"""
+transformers wraps each layer's `checkpoint` in torch's `save_on_cpu`, whose saved-tensor hooks move the input the
+recomputation needs off the device. The same hooks serve on the CPU, where device and host are one memory, as a
+`HostPool` that counts what would leave the device (no RAM is saved), and in the estimator, with `meta` as the host."""
 
 from __future__ import annotations
 
@@ -35,9 +30,8 @@ def install(model, pack, unpack) -> None:
 
 @dataclass
 class HostPool:
-    """Separately accounted host memory for saved activations on a CPU. `to_host_bytes` / `to_device_bytes` count the
-    copies a real device would make over its host link; `bytes` is what the pool holds now. Lesson 03's "Look inside"
-    rebuilds the mechanism, a pair of saved-tensor hooks, in a few lines."""
+    """Separately accounted host memory for saved activations on a CPU (rebuilt in a few lines in lesson 03's "Look
+    inside"): `bytes` is what it holds now; `to_host_bytes` / `to_device_bytes` count a real device's copies."""
 
     bytes: int = 0
     peak_bytes: int = 0
@@ -92,18 +86,12 @@ def check_offload(offload, *, checkpointing: bool, device: str) -> None:
     """Refuse offload settings that cannot work, before a model is built."""
     check_choice("offload", offload, MODES)
     if offload and not checkpointing:
-        raise LongctxError(
-            "Activation offload moves the tensors that gradient checkpointing saves; turn "
-            "gradient_checkpointing on, or offload off."
-        )
+        raise LongctxError("Activation offload moves the tensors checkpointing saves: turn gradient_checkpointing on.")
     if offload is True and device == "cpu":
         raise LongctxError(
-            "offload=True asks for the saved activations to move from the accelerator to host memory, but this "
-            "run is on the CPU, where device and host are the same memory (upstream's save_on_cpu would raise "
-            "'pin_memory=True requires a CUDA or other accelerator backend'). Run on a GPU, or use "
-            "offload='host-pool' to measure which tensors would leave the device (no memory is saved on a CPU)."
+            "offload=True moves saved activations from an accelerator to host memory; on the CPU they are the same memory "
+            "(upstream's save_on_cpu raises 'pin_memory=True requires a CUDA or other accelerator backend'). Run on a "
+            "GPU, or use offload='host-pool' to measure which tensors would leave the device."
         )
     if offload == "host-pool" and device != "cpu":
-        raise LongctxError(
-            "offload='host-pool' is the CPU stand-in; on an accelerator use offload=True (transformers' save_on_cpu path)."
-        )
+        raise LongctxError("offload='host-pool' is the CPU stand-in; on an accelerator use offload=True (save_on_cpu).")

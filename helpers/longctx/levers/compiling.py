@@ -1,20 +1,13 @@
-"""Compilation as a compiled accelerator sees it: one graph per input shape, each one paid for once.
-
-AWS Trainium's Neuron compiler builds a graph for every input shape it meets (about a minute each). On a CPU,
-torch.compile with automatic dynamic shapes off behaves the same way and stands in for it. `CompileCounter` counts
-and times every compile through dynamo's own callbacks (a forward graph is a "DYNAMO" event, its backward a
-"LAZY_BACKWARD" one, compiled on first use); `padding.shape_census` lists the batch shapes a trainer's dataloader
-will produce, so `CompileStructure.predict` knows the number of compiles before anything compiles.
-"""
+"""Compilation as a compiled accelerator sees it: AWS Trainium's Neuron compiler builds a graph for every input shape
+it meets (about a minute each); on a CPU, torch.compile with automatic dynamic shapes off does the same and stands in.
+`padding.shape_census` lists the shapes a trainer will be fed: `CompileStructure.predict` counts compiles in advance."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from longctx import device, quiet
 from longctx.errors import LongctxError
@@ -26,27 +19,20 @@ AUTOMATIC_DYNAMIC_SHAPES = False  # as on Neuron: a new shape is a new static gr
 RECOMPILE_LIMIT = 512
 
 
-@dataclass
-class CompileEvent:
-    trigger: str  # "DYNAMO" (a forward graph) or "LAZY_BACKWARD" (its backward graph)
-    compile_id: str  # dynamo's "frame/recompile" id
-    seconds: float
-
-
-@dataclass
 class CompileCounter:
-    """Counts and times compiles while active (`with CompileCounter() as counter: ...`)."""
+    """Counts and times compiles while active (`with CompileCounter() as counter: ...`): one (trigger, seconds) event
+    per compile, trigger "DYNAMO" for a forward graph, "LAZY_BACKWARD" for its backward graph."""
 
-    events: list[CompileEvent] = field(default_factory=list)
-    _started: dict = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float]] = []
+        self._started: dict = {}
 
     def _start(self, args) -> None:
         self._started[(args.callback_trigger, args.compile_id)] = time.perf_counter()
 
     def _end(self, args) -> None:
-        began = self._started.pop((args.callback_trigger, args.compile_id), None)
-        seconds = time.perf_counter() - began if began is not None else 0.0
-        self.events.append(CompileEvent(args.callback_trigger.name, str(args.compile_id), seconds))
+        began = self._started.pop((args.callback_trigger, args.compile_id), time.perf_counter())
+        self.events.append((args.callback_trigger.name, time.perf_counter() - began))
 
     def __enter__(self) -> CompileCounter:
         from torch._dynamo import callback
@@ -67,10 +53,10 @@ class CompileCounter:
 
     @property
     def seconds(self) -> float:
-        return sum(e.seconds for e in self.events)
+        return sum(seconds for _, seconds in self.events)
 
     def by_trigger(self) -> dict[str, int]:
-        return dict(Counter(e.trigger for e in self.events))
+        return dict(Counter(trigger for trigger, _ in self.events))
 
     def summary(self) -> dict:
         return {"compiles": self.count, "compile_seconds": self.seconds, "by_trigger": self.by_trigger()}
@@ -83,31 +69,24 @@ def dynamo_snippet() -> str:
 
 @contextlib.contextmanager
 def compile_settings(*, fresh_cache: bool = True):
-    """Dynamo as on Neuron (no automatic dynamic shapes, every shape really compiled), and a fresh, empty inductor
-    cache (a warm one hides compile time); graphs compiled earlier in this process are forgotten on entry and exit,
-    so a shape an earlier run compiled costs the next run a full compile again."""
+    """Dynamo as on Neuron (no automatic dynamic shapes, every shape really compiled) and a fresh, empty inductor cache
+    (a warm one hides compile time); graphs compiled earlier in this process are forgotten on entry and exit, so a
+    shape an earlier run compiled costs the next run a full compile again."""
     import torch
-    from torch._inductor.utils import clear_inductor_caches
+    from torch._inductor import utils
 
     def forget():
         torch._dynamo.reset()
-        clear_inductor_caches()
+        utils.clear_caches()
 
     limits = dict(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=8 * RECOMPILE_LIMIT)
-    patch = torch._dynamo.config.patch(automatic_dynamic_shapes=AUTOMATIC_DYNAMIC_SHAPES, **limits)
-    with patch, tempfile.TemporaryDirectory(prefix="inductor-cache-") as folder:
-        before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        if fresh_cache:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-        forget()
-        try:
-            yield
-        finally:
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=AUTOMATIC_DYNAMIC_SHAPES, **limits):
+        with utils.fresh_cache() if fresh_cache else contextlib.nullcontext():
             forget()
-            if before is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+            try:
+                yield
+            finally:
+                forget()
 
 
 @dataclass
@@ -126,9 +105,8 @@ def compile_structure(probe: CompiledRun) -> CompileStructure:
     first step compiled beyond that happens once."""
     if len(probe.step_compiles) != 2 or len(probe.census.distinct) != 2:
         raise LongctxError(
-            f"The probe must run 2 steps on 2 different batch shapes; it ran {len(probe.step_compiles)} "
-            f"steps on {len(probe.census.distinct)} shape(s). Change SEED (or MIN_LEN) so that its two "
-            "batches differ in length."
+            f"The probe must run 2 steps on 2 different batch shapes; it ran {len(probe.step_compiles)} steps on "
+            f"{len(probe.census.distinct)} shape(s). Change SEED (or MIN_LEN) so that its two batches differ in length."
         )
     first, second = probe.step_compiles
     return CompileStructure(per_shape=second, once=first - second)
@@ -144,20 +122,13 @@ class CompiledRun:
     step_compiles: list[int]  # compiles during each optimizer step
 
     def summary(self) -> dict:
-        return {
-            "pad_to_multiple_of": self.pad_to_multiple_of,
-            "shapes": len(self.census.distinct),
-            "padded_tokens": self.census.tokens,
-            "seconds": self.seconds,
-            **self.counter.summary(),
-            "step_compiles": self.step_compiles,
-        }
+        run = dict(pad_to_multiple_of=self.pad_to_multiple_of, shapes=len(self.census.distinct), padded_tokens=self.census.tokens)
+        return run | {"seconds": self.seconds, **self.counter.summary(), "step_compiles": self.step_compiles}
 
 
 def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, max_length: int | None = None, **trainer_kwargs):
-    """A real SFTTrainer run with `torch_compile=True` (`padding.padded_trainer`, which takes backend, batch_size,
-    output_dir, processing_class and seed) under `compile_settings()`: the shape census of its dataloader first,
-    then training with every compile counted and timed. Returns a CompiledRun."""
+    """A real SFTTrainer run with `torch_compile=True` (`padding.padded_trainer`'s, with its keywords) under
+    `compile_settings()`: the shape census of its dataloader first, then training with every compile counted and timed."""
     from transformers import TrainerCallback
 
     pad = check_padding(pad_to_multiple_of, max_length)
@@ -183,9 +154,8 @@ def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, max_length: 
 
 
 def grpo_generation(model, prompts, *, steps=2, max_completion_length=16, backend="aot_eager", processing_class=None, **config):
-    """A real GRPOTrainer run (`grpo_call`'s config: cache_implementation, output_dir, seed) that generates with
-    Transformers, as on Neuron where vLLM does not run, with the model's forward compiled: with the default dynamic
-    KV cache each generated token changes the cache's length, a new shape; a static cache keeps the shapes fixed."""
+    """A real GRPOTrainer run (`grpo_call`'s keywords) generating with Transformers, as on Neuron (no vLLM there), its
+    forward compiled: each token a dynamic KV cache generates is a new shape; a static cache keeps the shapes fixed."""
     import torch
     from datasets import Dataset
     from trl import GRPOTrainer

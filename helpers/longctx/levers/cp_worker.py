@@ -1,12 +1,10 @@
-"""One rank of a multi-process run: one real TRL SFTTrainer step on one process ("single"), with context parallelism
-over all ranks ("cp") or with DeepSpeed Ulysses ("sp"). Each rank writes rank<r>.json (loss, step time, memory
-profile); rank 0 writes the full gradients to grads.pt, for the launcher to compare with one process.
-
-Started by longctx.levers.parallel.launch: torchrun --standalone --nproc_per_node N -m longctx.levers.cp_worker SPEC.json
-"""
+"""One rank of `torchrun --standalone --nproc_per_node N -m longctx.levers.cp_worker SPEC.json` (started by
+parallel.launch): one real TRL SFTTrainer step on one process ("single"), with context parallelism ("cp") or with
+DeepSpeed Ulysses ("sp"). Each rank writes rank<r>.json (loss, step time, memory); rank 0 also grads.pt."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -108,33 +106,29 @@ def main(spec_path: str) -> None:
             tracker.track_external(model, optimizer)
             tracker.__enter__()
             tracker.record()
-            record["start"] = time.perf_counter()
+            box["start"] = time.perf_counter()
 
         def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-            if mode != "sp":  # under DeepSpeed the gradients are read before its step (below)
+            if mode != "sp":
                 box["grads"] = _full_grads(model)
 
         def on_step_end(self, args, state, control, **kwargs):
-            record["step_seconds"] = time.perf_counter() - record["start"]
+            record["step_seconds"] = time.perf_counter() - box["start"]
             box["t"].record()
             box["t"].__exit__(None, None, None)
             prof = box["t"].profile("memtracker")
             record.update(peak_bytes=prof.peak_bytes, max_by_category=prof.max_by_category())
             record["activations_peak_bytes"] = record["max_by_category"]["activations"]
 
-    args = sft_call(spec, world).build()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok, callbacks=[Measure()])
+    trainer = SFTTrainer(model=model, args=sft_call(spec, world).build(), train_dataset=dataset, processing_class=tok)
+    trainer.add_callback(Measure())
     quiet.no_log_printing(trainer)
-    if mode == "sp":
-        with compat.before_deepspeed_step(lambda: box.update(grads=_full_grads(trainer.model, deepspeed=True))):
-            trainer.train()
-    else:
+    ds_grads = compat.before_deepspeed_step(lambda: box.update(grads=_full_grads(trainer.model, deepspeed=True)))
+    with ds_grads if mode == "sp" else contextlib.nullcontext():  # DeepSpeed's gradients live only inside its step
         trainer.train()
     record["loss"] = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
     if rank == 0:
-        grads = box.get("grads", {})
-        torch.save(grads, out / "grads.pt")
-        record["grad_norm"] = float(sum((g.double() ** 2).sum() for g in grads.values()) ** 0.5)
+        torch.save(box.get("grads", {}), out / "grads.pt")
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

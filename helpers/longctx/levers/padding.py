@@ -1,20 +1,18 @@
-"""Padding for compiled accelerators: what TRL's `pad_to_multiple_of` means on a device, the batch shapes a trainer's
-own dataloader will produce (`shape_census`, known before anything compiles), the trainers the lesson compiles, and
-which TRL trainers offer the option at all."""
+"""Padding for compiled accelerators: TRL's `pad_to_multiple_of` on a device, the batch shapes a trainer's own
+dataloader will produce (known before anything compiles), the trainer the lesson compiles, and which offer the option."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 
 from longctx.errors import LongctxError
 
 
 def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str = "cpu"):
-    """The padding multiple on `device_type` ("auto": 128 on Neuron, None elsewhere, as trl 1.16's
-    SFTConfig.__post_init__), refusing a max_length that is not a multiple of it: truncated sequences would be padded
-    past max_length to the next multiple, a shape the census did not plan for."""
+    """The padding multiple on `device_type` ("auto": 128 on Neuron, else None, as trl 1.16's SFTConfig.__post_init__),
+    refusing a max_length that is not a multiple of it: truncated sequences would be padded past it, an unplanned shape."""
     pad = pad_to_multiple_of
     if pad == "auto":
         pad = 128 if device_type == "neuron" else None
@@ -54,8 +52,6 @@ def shape_census(trainer, steps: int) -> Census:
 
 def trainers_with_padding_option() -> list[str]:
     """TRL config classes that expose `pad_to_multiple_of` (read from trl itself, not typed in)."""
-    import dataclasses
-
     import trl
 
     names = []
@@ -64,40 +60,23 @@ def trainers_with_padding_option() -> list[str]:
             cls = getattr(trl, name) if name.endswith("Config") and not name.startswith("_") else None
         except Exception:  # lazy imports of optional extras
             continue
-        if dataclasses.is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in dataclasses.fields(cls)):
+        if is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in fields(cls)):
             names.append(name.removesuffix("Config"))
     return sorted(names)
 
 
 def padded_config(
-    *,
-    pad_to_multiple_of,
-    steps: int,
-    backend: str | None = "inductor",
-    batch_size: int = 4,
-    max_length: int | None = None,
-    output_dir: str,
-    seed: int = 0,
-    compile: bool = True,
-    for_device: str | None = None,
+    *, pad_to_multiple_of, steps: int, backend: str | None = "inductor", batch_size: int = 4, compile=True, **config
 ):
-    """The TrainConfig of the trainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or
-    "auto", which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
+    """The TrainConfig of the trainer the lesson compiles (`config`: output_dir, max_length, seed, for_device):
+    `pad_to_multiple_of` as TRL takes it (an int, None or "auto", which the trainer resolves for its device),
+    torch.compile on `backend` when `compile`."""
     from longctx.train import TrainConfig
 
     extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
     if compile:
         extra.update(torch_compile=True, torch_compile_backend=backend)
-    return TrainConfig(
-        output_dir=output_dir,
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        max_length=max_length,
-        seed=seed,
-        logging_steps=steps,
-        extra=extra,
-        for_device=for_device,
-    )
+    return TrainConfig(max_steps=steps, logging_steps=steps, per_device_train_batch_size=batch_size, extra=extra, **config)
 
 
 def padded_trainer(model, dataset, *, processing_class=None, **config):

@@ -1,14 +1,7 @@
-"""Split the sequence across processes: context parallelism (CP) and Ulysses sequence parallelism (SP).
-
-- CP (accelerate `ParallelismConfig(cp_size=N)`, FSDP2, torch's ring attention): each rank holds a slice of the
-  tokens and keys/values pass around a ring; causal SDPA only (the mask becomes `is_causal=True`); the length a
-  multiple of 2·cp_size (each rank holds two chunks, for load balance).
-- SP (DeepSpeed Ulysses, `sp_size`): an all-to-all swaps the token split for a head split around attention, so each
-  rank attends over the whole sequence for its share of the heads.
-
-`launch()` runs `longctx.levers.cp_worker` on N processes through torchrun (gloo on CPUs, NCCL on GPUs), collects
-every rank's results and fails with the run's own error text; every refusal comes before a process starts.
-"""
+"""Split the sequence across processes: context parallelism (CP: accelerate `ParallelismConfig(cp_size=N)`, FSDP2,
+torch's ring attention; causal only, each rank holding two chunks, for load balance) and DeepSpeed Ulysses (SP: an
+all-to-all swaps the token split for a head split around attention). `launch()` runs `cp_worker` on N processes
+through torchrun (gloo on CPUs, NCCL on GPUs), refusing before any starts, failing with the run's own error text."""
 
 from __future__ import annotations
 
@@ -47,22 +40,15 @@ class ParallelRun:
     out: Path
     seconds: float  # wall time of the whole launch
 
-    @property
-    def loss(self) -> float:
-        return self.ranks[0]["loss"]
+    def __post_init__(self) -> None:  # the slowest and the largest rank's
+        self.loss: float = self.ranks[0]["loss"]
+        self.step_seconds: float = max(r["step_seconds"] for r in self.ranks)
+        self.activations_peak_bytes: int = max(r["activations_peak_bytes"] for r in self.ranks)
 
     def grads(self):
         import torch
 
         return torch.load(self.out / "grads.pt", map_location="cpu")  # never onto the notebook's GPU
-
-    @property
-    def step_seconds(self) -> float:
-        return max(r["step_seconds"] for r in self.ranks)
-
-    @property
-    def activations_peak_bytes(self) -> int:  # the largest rank's
-        return max(r["activations_peak_bytes"] for r in self.ranks)
 
     def sft_call(self):
         """The SFTConfig every rank of this run built, as a recipe.Call (what lesson 04 prints)."""

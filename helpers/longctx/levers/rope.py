@@ -55,10 +55,7 @@ def with_yarn(cfg, trained: int, wanted: int, *, factor=None, theta=None, beta_f
 
     own = rope_theta(cfg)
     if theta is not None and float(theta) != own:
-        raise LongctxError(
-            f"rope_theta {theta:g} is not the model's own ({own:g}); YaRN must carry the trained "
-            f"base frequency: use rope_theta={own:g}."
-        )
+        raise LongctxError(f"rope_theta {theta:g} is not the model's own: YaRN keeps the trained base, use rope_theta={own:g}.")
     new = copy.deepcopy(cfg)
     new.rope_parameters = yarn_parameters(trained, wanted, own, factor, beta_fast=beta_fast, beta_slow=beta_slow)
     new.max_position_embeddings = wanted
@@ -83,9 +80,8 @@ def turns(cfg, trained: int) -> np.ndarray:
 
 
 def pair_scaling(cfg, trained: int, wanted: int, **betas) -> np.ndarray:
-    """How YaRN treats each rotary pair: its rescaled frequency over its own (1 = left alone, 1/factor = fully
-    interpolated, between = the ramp), from transformers' own YaRN function. Lesson 02's "Look inside" reads the
-    same ratio off the loaded models' rotary modules."""
+    """YaRN's frequency of each rotary pair over its own, from transformers' own YaRN function: 1 = left alone,
+    1/factor = fully interpolated, between = the ramp (lesson 02's "Look inside" reads it off the rotary modules)."""
     import torch
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -100,10 +96,9 @@ def split(scaling: np.ndarray, factor: float) -> dict:
 
 
 def matched_beta_fast(cfg, trained: int, reference, reference_trained: int) -> float:
-    """The beta_fast at which YaRN leaves the same share of `cfg`'s rotary pairs alone as its default does for
-    `reference` at its own trained length. The betas count turns inside the trained range, so the default assumes
-    thousands of positions: over a short range no pair turns 32 times, and every pair, the fast ones included, would
-    be squeezed. Ties go to the larger value (nearer the default)."""
+    """The beta_fast at which YaRN leaves alone the share of `cfg`'s rotary pairs its default leaves for `reference`.
+    The betas count turns inside the trained range: over a short range no pair turns 32 times, and the default would
+    squeeze every pair, the fast ones included. Ties go to the larger value (nearer the default)."""
     target = split(pair_scaling(reference, reference_trained, 2 * reference_trained), 2)["kept"]
     best = min(
         range(int(DEFAULT_BETA_FAST), int(DEFAULT_BETA_SLOW), -1),  # beta_slow stays at its default

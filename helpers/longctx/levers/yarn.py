@@ -38,9 +38,8 @@ def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> n
 
 
 def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: str = "fp32"):
-    """ "base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained length must be
-    given, in `dtype`, on this machine's accelerator. With `wanted`, YaRN is set for wanted / trained positions
-    (`beta_fast`: None = transformers' default)."""
+    """ "base" → the lesson's pretrained model; a hub id or path → that model (its `trained` length given) in `dtype`,
+    on this machine's accelerator. With `wanted`, YaRN for wanted / trained positions (`beta_fast` None: the default)."""
     from longctx.levers import rope
 
     if spec == "base":
@@ -58,16 +57,13 @@ def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: s
 @contextlib.contextmanager
 def parked(*models):
     """Keep `models` in host memory for the block and put them back on their device afterwards, so a fine-tune on
-    the GPU has the memory the evaluation copies held (a no-op on a CPU)."""
+    the GPU has the memory the evaluation copies held."""
     homes = [next(m.parameters()).device for m in models]
-    if all(home.type == "cpu" for home in homes):
-        yield
-        return
     for m in models:
         m.to("cpu")
-    gc.collect()
-    torch.cuda.empty_cache()
     try:
+        gc.collect()
+        torch.cuda.empty_cache()  # a no-op without CUDA
         yield
     finally:
         gc.collect()
