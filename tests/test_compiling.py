@@ -9,11 +9,11 @@ from longctx.train import TrainConfig, make_trainer
 @pytest.mark.parametrize("pad", [0, -64, 1.5, "128", True])
 def test_bad_padding_multiples_are_refused(pad):
     with pytest.raises(LongctxError, match="positive integer, None or 'auto'"):
-        padding.resolve_pad(pad, "cpu")
+        padding.check_padding(pad, None)
 
 
 def test_auto_padding_follows_trl():
-    assert padding.resolve_pad("auto", "neuron") == 128 and padding.resolve_pad("auto", "cpu") is None
+    assert padding.check_padding("auto", 512, "neuron") == 128 and padding.check_padding("auto", 500, "cpu") is None
 
 
 def test_max_length_must_be_a_multiple_of_the_padding():

@@ -436,20 +436,6 @@ def test_a_relative_model_path_reaches_the_kernel_absolute(tmp_path, monkeypatch
     assert harness._absolute("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
 
 
-def test_the_default_output_folder_holds_only_what_a_run_writes(tmp_path):
-    from longctx.paths import build_dir
-
-    default = build_dir() / "00_memory_primer"
-    default.mkdir(parents=True, exist_ok=True)
-    (default / "my_notes.txt").write_text("mine")
-    try:
-        with pytest.raises(LongctxError, match="holds files a run does not write \\(my_notes.txt\\)"):
-            harness.run("00", "ci")
-        assert (default / "my_notes.txt").read_text() == "mine"
-    finally:
-        (default / "my_notes.txt").unlink()
-
-
 def test_pretrain_never_writes_into_the_data_folder_itself(capsys):
     from longctx.paths import data_dir
     from longctx.tools.cli import main

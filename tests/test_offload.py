@@ -45,7 +45,7 @@ def test_host_pool_through_trainer_train(tmp_path):
         (dict(offload=True, checkpointing=False), "cpu", "gradient_checkpointing on"),
         (dict(offload=True, checkpointing=True), "cpu", "host-pool"),
         (dict(offload="host-pool", checkpointing=True), "cuda", "offload=True"),
-        (dict(offload="yes", checkpointing=True), "cpu", "must be one of"),
+        (dict(offload="yes", checkpointing=True), "cpu", "Unknown offload 'yes'; use one of"),
     ],
 )
 def test_offload_refusals(kwargs, device, fragment):

@@ -1,6 +1,6 @@
-"""Gradient accumulation, checked on real Trainer runs: k micro-batches of b give the gradient of one
-batch of k·b, provided each micro-batch's loss is divided by k (or, as transformers does, every
-token's loss by the number of tokens in the whole accumulated batch)."""
+"""Gradient accumulation, checked on real Trainer runs: k micro-batches of b give the gradient of one batch of k·b,
+provided each micro-batch's loss is divided by k (or, as transformers does, every token's loss by the number of
+tokens in the whole accumulated batch)."""
 
 from __future__ import annotations
 
@@ -39,63 +39,36 @@ def _captured_grads(model_fn, dataset, cfg: TrainConfig, processing_class) -> di
     return grads
 
 
+def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, seed: int) -> dict[str, torch.Tensor]:
+    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide. Same samples as
+    the Trainer's seeded RandomSampler draws first, on the device the trainers used, so all three gradients come
+    from one kind of kernel. Lesson 00's "Look inside" shows the same loop on a one-layer model."""
+    model = to_device(model_fn())
+    model.train()
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[: micro_batch * steps]
+    ids = torch.tensor(dataset["input_ids"])[order].to(next(model.parameters()).device)
+    for chunk in ids.split(micro_batch):
+        model(input_ids=chunk, labels=chunk).loss.backward()  # missing: / steps
+    return {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
 def _norm(grads: dict[str, torch.Tensor]) -> float:
-    return float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())))
+    return float(sum((g.double() ** 2).sum() for g in grads.values()) ** 0.5)
 
 
 def check_accumulation(
     model_fn, dataset, *, micro_batch: int = 8, steps: int = 4, output_dir: str, processing_class=None, seed: int = 0
 ) -> AccumulationCheck:
-    """Gradient of one batch of micro_batch·steps vs `steps` accumulated micro-batches, both through
-    SFTTrainer (one optimizer step each, gradient clipping off so the raw gradients are compared),
-    and the same accumulation written by hand without dividing by `steps`."""
+    """Gradient of one batch of micro_batch·steps vs `steps` accumulated micro-batches, both through SFTTrainer (one
+    optimizer step each, clipping off so the raw gradients are compared), and the same accumulation written by hand
+    without dividing by `steps`."""
     common = dict(max_steps=1, max_grad_norm=0.0, seed=seed, logging_steps=1, extra={"disable_tqdm": True})
-    big = _captured_grads(
-        model_fn,
-        dataset,
-        TrainConfig(output_dir=f"{output_dir}/batch", per_device_train_batch_size=micro_batch * steps, **common),
-        processing_class,
-    )
-    acc = _captured_grads(
-        model_fn,
-        dataset,
-        TrainConfig(
-            output_dir=f"{output_dir}/accumulated",
-            per_device_train_batch_size=micro_batch,
-            gradient_accumulation_steps=steps,
-            **common,
-        ),
-        processing_class,
+    runs = {"batch": dict(per_device_train_batch_size=micro_batch * steps)}
+    runs["accumulated"] = dict(per_device_train_batch_size=micro_batch, gradient_accumulation_steps=steps)
+    big, acc = (
+        _captured_grads(model_fn, dataset, TrainConfig(output_dir=f"{output_dir}/{name}", **kw, **common), processing_class)
+        for name, kw in runs.items()
     )
     diff = max(float((big[n] - acc[n]).abs().max()) for n in big)
-    undivided = _undivided_grads(model_fn, dataset, micro_batch, steps, big_order=_order(dataset, seed))
-    return AccumulationCheck(
-        batch=micro_batch * steps,
-        micro_batch=micro_batch,
-        steps=steps,
-        max_abs_diff=diff,
-        grad_norm_batch=_norm(big),
-        grad_norm_accumulated=_norm(acc),
-        grad_norm_undivided=_norm(undivided),
-        undivided_ratio=_norm(undivided) / _norm(big),
-    )
-
-
-def _order(dataset, seed: int) -> list[int]:
-    """The sample order the Trainer's seeded RandomSampler draws for the first epoch."""
-    g = torch.Generator()
-    g.manual_seed(seed)
-    return torch.randperm(len(dataset), generator=g).tolist()
-
-
-def _undivided_grads(model_fn, dataset, micro_batch: int, steps: int, big_order: list[int]):
-    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide. Runs
-    on the device the trainers used (a GPU where there is one), so all three gradients come from one kind
-    of kernel. Lesson 00's "Look inside" shows the same loop on a one-layer model."""
-    model = to_device(model_fn())
-    model.train()
-    ids = torch.tensor(dataset["input_ids"])[big_order[: micro_batch * steps]].to(next(model.parameters()).device)
-    for i in range(steps):
-        chunk = ids[i * micro_batch : (i + 1) * micro_batch]
-        model(input_ids=chunk, labels=chunk).loss.backward()  # missing: / steps
-    return {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
+    norms = [_norm(g) for g in (big, acc, _undivided_grads(model_fn, dataset, micro_batch, steps, seed))]
+    return AccumulationCheck(micro_batch * steps, micro_batch, steps, diff, *norms, undivided_ratio=norms[2] / norms[0])

@@ -1,15 +1,10 @@
-"""One rank of a multi-process run, started by torchrun (see longctx.levers.parallel).
-
-Runs one real TRL SFTTrainer step: on one process ("single"), with context parallelism over all ranks
-("cp": accelerate ParallelismConfig(cp_size=N) + FSDP2 + torch's ring attention), or with DeepSpeed
-Ulysses sequence parallelism ("sp"). Each rank writes rank<r>.json (loss, step time, its memory
-profile) and rank 0 writes the full gradients to grads.pt, so the launcher can compare with one process.
-
-Usage (what longctx.levers.parallel runs): torchrun --standalone --nproc_per_node N -m longctx.levers.cp_worker SPEC.json
-"""
+"""One rank of `torchrun --standalone --nproc_per_node N -m longctx.levers.cp_worker SPEC.json` (started by
+parallel.launch): one real TRL SFTTrainer step on one process ("single"), with context parallelism ("cp") or with
+DeepSpeed Ulysses ("sp"). Each rank writes rank<r>.json (loss, step time, memory); rank 0 also grads.pt."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -20,9 +15,8 @@ from longctx.recipe import Call
 
 
 def deepspeed_config() -> dict:
-    """The DeepSpeed config of the Ulysses run. `torch_adam` makes DeepSpeed build torch.optim.AdamW: left
-    to itself it picks FusedAdam on a GPU, a CUDA extension that it JIT-compiles with nvcc at start-up
-    (longctx installs DeepSpeed with DS_BUILD_OPS=0: no prebuilt ops)."""
+    """The Ulysses run's DeepSpeed config. `torch_adam`: torch.optim.AdamW, where DeepSpeed would pick FusedAdam on a
+    GPU, a CUDA extension it JIT-compiles with nvcc (longctx installs DeepSpeed with DS_BUILD_OPS=0: no prebuilt ops)."""
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
@@ -31,40 +25,28 @@ def deepspeed_config() -> dict:
     }
 
 
-def parallel_kwargs(mode: str, world: int) -> dict:
-    """The SFTConfig arguments that spread one sequence over `world` ranks: "cp" (context parallelism,
-    FSDP2) or "sp" (DeepSpeed Ulysses); nothing for "single"."""
+def sft_call(spec: dict, world: int):
+    """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds)."""
     from accelerate import ParallelismConfig
 
-    if mode == "cp":
-        return dict(
+    from longctx.train import TrainConfig
+
+    extra = dict(packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"), save_strategy="no", disable_tqdm=True)
+    if spec["mode"] == "cp":
+        extra.update(
             parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
             fsdp="full_shard",
             fsdp_config={"fsdp_version": 2, "reshard_after_forward": True},
         )
-    if mode == "sp":
+    elif spec["mode"] == "sp":
         from accelerate.utils import DeepSpeedSequenceParallelConfig
 
         handler = Call(DeepSpeedSequenceParallelConfig, {"sp_seq_length_is_variable": True, "sp_attn_implementation": "sdpa"})
-        return dict(
+        extra.update(
             parallelism_config=Call(ParallelismConfig, {"sp_size": world, "sp_backend": "deepspeed", "sp_handler": handler}),
             deepspeed=deepspeed_config(),
             accelerator_config={"use_configured_state": True},
         )
-    return {}
-
-
-def sft_call(spec: dict, world: int):
-    """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds)."""
-    from longctx.train import TrainConfig
-
-    extra = dict(
-        packing=False,
-        pad_to_multiple_of=spec.get("pad_to_multiple_of"),
-        save_strategy="no",
-        disable_tqdm=True,
-        **parallel_kwargs(spec["mode"], world),
-    )
     return TrainConfig(
         output_dir=str(Path(spec["out"]) / "trainer"),
         max_steps=1,
@@ -79,18 +61,14 @@ def sft_call(spec: dict, world: int):
 
 
 def _full_grads(model, deepspeed: bool = False) -> dict:
-    """Every parameter's whole gradient (FSDP2 shards gathered; DeepSpeed's read through its own API)."""
+    """Every parameter's whole gradient (FSDP2 shards gathered; DeepSpeed's read through its own API), on the CPU."""
+    if deepspeed:
+        from deepspeed.utils import safe_get_full_grad
     grads = {}
     for name, p in model.named_parameters():
-        if deepspeed:
-            from deepspeed.utils import safe_get_full_grad
-
-            g = safe_get_full_grad(p)
-        else:
-            g = p.grad
+        g = safe_get_full_grad(p) if deepspeed else p.grad
         if g is not None:
-            g = g.full_tensor() if hasattr(g, "full_tensor") else g
-            grads[name.removeprefix("module.")] = g.detach().cpu().clone()  # compared on the CPU, not on GPU 0
+            grads[name.removeprefix("module.")] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
     return grads
 
 
@@ -105,12 +83,12 @@ def main(spec_path: str) -> None:
 
     quiet.for_lessons()  # each rank's output reaches the notebook's log: the libraries' chatter would repeat per rank
     spec = json.loads(Path(spec_path).read_text())
-    out = Path(spec["out"])
+    out, mode = Path(spec["out"]), spec["mode"]
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if spec["device"] == "cpu" and spec["mode"] == "cp":
+    if spec["device"] == "cpu" and mode == "cp":
         compat.register_cpu_ring_attention()
         compat.accelerate_fsdp_on_cpu()
-    if spec["mode"] == "sp":
+    if mode == "sp":
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         from accelerate import PartialState
 
@@ -119,45 +97,38 @@ def main(spec_path: str) -> None:
     model = models.load(spec["model"], seed=spec["seed"], dtype=spec.get("dtype", "fp32"))
     tok = data.tokenizer_for(spec["model"])  # a real model reads the corpus through its own tokenizer
     dataset = data.long_sequences(spec["seq_len"], 1, tokenizer=tok, seed=spec["seed"])
-    args = sft_call(spec, world).build()
-    record: dict = {"rank": rank, "world": world, "mode": spec["mode"]}
-    tracker_box: dict = {}
+    record: dict = {"rank": rank, "world": world, "mode": mode}
+    box: dict = {}
 
     class Measure(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
-            tracker = TimelineTracker(spec["device"])  # "cuda" = this rank's current device (accelerate set it)
+            box["t"] = tracker = TimelineTracker(spec["device"])  # "cuda": this rank's device (accelerate set it)
             tracker.track_external(model, optimizer)
             tracker.__enter__()
             tracker.record()
-            tracker_box["t"] = tracker
-            record["start"] = time.perf_counter()
+            box["start"] = time.perf_counter()
 
         def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-            if spec["mode"] != "sp":  # under DeepSpeed the gradients are read by capture_deepspeed_grads
-                tracker_box["grads"] = _full_grads(model)
+            if mode != "sp":
+                box["grads"] = _full_grads(model)
 
         def on_step_end(self, args, state, control, **kwargs):
-            record["step_seconds"] = time.perf_counter() - record["start"]
-            tracker = tracker_box["t"]
-            tracker.record()
-            tracker.__exit__(None, None, None)
-            prof = tracker.profile("memtracker")
-            record["peak_bytes"] = prof.peak_bytes
-            record["max_by_category"] = prof.max_by_category()
-            record["activations_peak_bytes"] = prof.max_by_category()["activations"]
+            record["step_seconds"] = time.perf_counter() - box["start"]
+            box["t"].record()
+            box["t"].__exit__(None, None, None)
+            prof = box["t"].profile("memtracker")
+            record.update(peak_bytes=prof.peak_bytes, max_by_category=prof.max_by_category())
+            record["activations_peak_bytes"] = record["max_by_category"]["activations"]
 
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok, callbacks=[Measure()])
+    trainer = SFTTrainer(model=model, args=sft_call(spec, world).build(), train_dataset=dataset, processing_class=tok)
+    trainer.add_callback(Measure())
     quiet.no_log_printing(trainer)
-    if spec["mode"] == "sp":
-        with compat.before_deepspeed_step(lambda: tracker_box.update(grads=_full_grads(trainer.model, deepspeed=True))):
-            trainer.train()
-    else:
+    ds_grads = compat.before_deepspeed_step(lambda: box.update(grads=_full_grads(trainer.model, deepspeed=True)))
+    with ds_grads if mode == "sp" else contextlib.nullcontext():  # DeepSpeed's gradients live only inside its step
         trainer.train()
     record["loss"] = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
     if rank == 0:
-        grads = tracker_box.get("grads", {})
-        torch.save(grads, out / "grads.pt")
-        record["grad_norm"] = float(sum((g.double() ** 2).sum() for g in grads.values()) ** 0.5)
+        torch.save(box.get("grads", {}), out / "grads.pt")
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

@@ -1,5 +1,5 @@
-"""Neuron (AWS Trainium) specifics the lessons need without a Neuron device: which core sets the runtime
-accepts, and which torch.compile backend a device compiles with."""
+"""Neuron (AWS Trainium) specifics the lessons need without a Neuron device: which core sets the runtime accepts, and
+which torch.compile backend a device compiles with."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ NEURON_CORE_SETS = ("0", "1", "2", "3", "0,1", "2,3", "0-3")
 
 def check_neuron_cores(value: str | None) -> str | None:
     """Refuse NEURON_RT_VISIBLE_CORES values the guide says the Neuron runtime cannot use."""
-    if value is None:
-        return None
-    cleaned = value.replace(" ", "")
-    if cleaned not in NEURON_CORE_SETS:
+    cleaned = None if value is None else value.replace(" ", "")
+    if cleaned not in (None, *NEURON_CORE_SETS):
         raise LongctxError(
             f"NEURON_RT_VISIBLE_CORES={value!r} is not a core set the Neuron runtime supports for "
             f"collectives; use one core or one of 0,1 / 2,3 / 0-3."
@@ -24,6 +22,5 @@ def check_neuron_cores(value: str | None) -> str | None:
 
 
 def default_backend(device_type: str):
-    """The torch.compile backend a run uses on `device_type`: Neuron's own (None lets TRL/transformers pick
-    it, as the guide does), inductor elsewhere."""
+    """torch.compile's backend on `device_type`: None on Neuron (TRL/transformers pick Neuron's, as the guide does)."""
     return None if device_type == "neuron" else "inductor"

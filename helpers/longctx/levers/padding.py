@@ -1,30 +1,23 @@
-"""Padding for compiled accelerators: what TRL's `pad_to_multiple_of` means on a device, the batch shapes a
-trainer's own dataloader will produce (`shape_census`, known before anything compiles), the trainers the
-lesson compiles, and which TRL trainers offer the option at all."""
+"""Padding for compiled accelerators: TRL's `pad_to_multiple_of` on a device, the batch shapes a trainer's own
+dataloader will produce (known before anything compiles), the trainer the lesson compiles, and which offer the option."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import math
+from dataclasses import dataclass, fields, is_dataclass
 
 from longctx.errors import LongctxError
 
 
-def resolve_pad(pad_to_multiple_of, device_type: str):
-    """What TRL's `pad_to_multiple_of` means on `device_type`: "auto" is 128 on Neuron and None elsewhere
-    (trl 1.16, SFTConfig.__post_init__). Bad values are refused with the accepted forms."""
-    if pad_to_multiple_of == "auto":
-        return 128 if device_type == "neuron" else None
-    if pad_to_multiple_of is None:
-        return None
-    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of <= 0:
-        raise LongctxError(f"pad_to_multiple_of must be a positive integer, None or 'auto', got {pad_to_multiple_of!r}.")
-    return pad_to_multiple_of
-
-
 def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str = "cpu"):
-    """Resolve the padding multiple and refuse a max_length that is not a multiple of it: truncated
-    sequences would be padded past max_length to the next multiple, a shape the census did not plan for."""
-    pad = resolve_pad(pad_to_multiple_of, device_type)
+    """The padding multiple on `device_type` ("auto": 128 on Neuron, else None, as trl 1.16's SFTConfig.__post_init__),
+    refusing a max_length that is not a multiple of it: truncated sequences would be padded past it, an unplanned shape."""
+    pad = pad_to_multiple_of
+    if pad == "auto":
+        pad = 128 if device_type == "neuron" else None
+    elif pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or pad <= 0):
+        raise LongctxError(f"pad_to_multiple_of must be a positive integer, None or 'auto', got {pad!r}.")
     if pad and max_length and max_length % pad:
         lower, upper = max_length // pad * pad, -(-max_length // pad) * pad
         raise LongctxError(
@@ -44,106 +37,50 @@ class Census:
 
     @property
     def tokens(self) -> int:  # positions fed to the model, padding included
-        return sum(_numel(s) for s in self.shapes)
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+        return sum(math.prod(s) for s in self.shapes)
 
 
 def shape_census(trainer, steps: int) -> Census:
-    """The input shapes of the first `steps` batches of `trainer`'s own dataloader (its collator, its
-    padding, its order): what the compiled model will be fed."""
-    shapes = []
+    """The input shapes of the first `steps` batches of `trainer`'s own dataloader (its collator, its padding, its
+    order, epoch after epoch): what the compiled model will be fed."""
     loader = trainer.get_train_dataloader()
-    while len(shapes) < steps:
-        before = len(shapes)
-        for batch in loader:
-            shapes.append(tuple(batch["input_ids"].shape))
-            if len(shapes) == steps:
-                break
-        if len(shapes) == before:
-            raise LongctxError("the trainer's dataloader is empty.")
-    return Census(shapes)
+    if not len(loader):
+        raise LongctxError("the trainer's dataloader is empty.")
+    batches = itertools.islice(itertools.chain.from_iterable(itertools.repeat(loader)), steps)
+    return Census([tuple(batch["input_ids"].shape) for batch in batches])
 
 
 def trainers_with_padding_option() -> list[str]:
     """TRL config classes that expose `pad_to_multiple_of` (read from trl itself, not typed in)."""
-    import dataclasses
-
     import trl
 
     names = []
     for name in dir(trl):
-        if name.endswith("Config") and not name.startswith("_"):
-            try:
-                cls = getattr(trl, name)
-            except Exception:  # lazy imports of optional extras
-                continue
-            if dataclasses.is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in dataclasses.fields(cls)):
-                names.append(name.removesuffix("Config"))
+        try:
+            cls = getattr(trl, name) if name.endswith("Config") and not name.startswith("_") else None
+        except Exception:  # lazy imports of optional extras
+            continue
+        if is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in fields(cls)):
+            names.append(name.removesuffix("Config"))
     return sorted(names)
 
 
 def padded_config(
-    *,
-    pad_to_multiple_of,
-    steps: int,
-    backend: str | None = "inductor",
-    batch_size: int = 4,
-    max_length: int | None = None,
-    output_dir: str,
-    seed: int = 0,
-    compile: bool = True,
-    for_device: str | None = None,
+    *, pad_to_multiple_of, steps: int, backend: str | None = "inductor", batch_size: int = 4, compile=True, **config
 ):
-    """The TrainConfig of the trainer the lesson compiles (see `padded_trainer`)."""
+    """The TrainConfig of the trainer the lesson compiles (`config`: output_dir, max_length, seed, for_device):
+    `pad_to_multiple_of` as TRL takes it (an int, None or "auto", which the trainer resolves for its device),
+    torch.compile on `backend` when `compile`."""
     from longctx.train import TrainConfig
 
     extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
     if compile:
         extra.update(torch_compile=True, torch_compile_backend=backend)
-    return TrainConfig(
-        output_dir=output_dir,
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        max_length=max_length,
-        seed=seed,
-        logging_steps=steps,
-        extra=extra,
-        for_device=for_device,
-    )
+    return TrainConfig(max_steps=steps, logging_steps=steps, per_device_train_batch_size=batch_size, extra=extra, **config)
 
 
-def padded_trainer(
-    model,
-    dataset,
-    *,
-    pad_to_multiple_of,
-    steps: int,
-    backend: str | None = "inductor",
-    batch_size: int = 4,
-    max_length: int | None = None,
-    output_dir: str,
-    processing_class=None,
-    seed: int = 0,
-    compile: bool = True,
-):
-    """The SFTTrainer the lesson compiles: `pad_to_multiple_of` as TRL takes it (an int, None or "auto",
-    which the trainer resolves for its device), torch.compile on `backend` when `compile`."""
+def padded_trainer(model, dataset, *, processing_class=None, **config):
+    """The SFTTrainer the lesson compiles, built from `padded_config(**config)`."""
     from longctx.train import make_trainer
 
-    cfg = padded_config(
-        pad_to_multiple_of=pad_to_multiple_of,
-        steps=steps,
-        backend=backend,
-        batch_size=batch_size,
-        max_length=max_length,
-        output_dir=output_dir,
-        seed=seed,
-        compile=compile,
-    )
-    return make_trainer(model, dataset, cfg, processing_class=processing_class)
+    return make_trainer(model, dataset, padded_config(**config), processing_class=processing_class)

@@ -1,17 +1,7 @@
-"""Split the sequence across processes: context parallelism (CP) and Ulysses sequence parallelism (SP).
-
-- CP (accelerate `ParallelismConfig(cp_size=N)`, FSDP2, torch's ring attention): every rank holds a
-  slice of the tokens; attention passes keys and values around a ring. Any number of ranks; causal
-  SDPA only (the mask is replaced by `is_causal=True`); sequences padded to a multiple of 2·cp_size
-  (each rank holds two chunks, for load balance).
-- SP (DeepSpeed Ulysses, `sp_size`): all-to-all swaps the token split for a head split around
-  attention, so each rank attends over the whole sequence for some heads: at most as many ranks as
-  KV heads, and a divisor of them.
-
-`launch()` starts an N-process run of `longctx.levers.cp_worker` through torchrun (gloo on CPUs, NCCL on
-GPUs), shows progress, collects every rank's results and fails with the run's own error text.
-Every refusal below is raised before a process starts.
-"""
+"""Split the sequence across processes: context parallelism (CP: accelerate `ParallelismConfig(cp_size=N)`, FSDP2,
+torch's ring attention; causal only, each rank holding two chunks, for load balance) and DeepSpeed Ulysses (SP: an
+all-to-all swaps the token split for a head split around attention). `launch()` runs `cp_worker` on N processes
+through torchrun (gloo on CPUs, NCCL on GPUs), refusing before any starts, failing with the run's own error text."""
 
 from __future__ import annotations
 
@@ -23,6 +13,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from longctx import children, models
 from longctx import device as current_device
@@ -48,28 +40,21 @@ class ParallelRun:
     out: Path
     seconds: float  # wall time of the whole launch
 
-    @property
-    def loss(self) -> float:
-        return self.ranks[0]["loss"]
+    def __post_init__(self) -> None:  # the slowest and the largest rank's
+        self.loss: float = self.ranks[0]["loss"]
+        self.step_seconds: float = max(r["step_seconds"] for r in self.ranks)
+        self.activations_peak_bytes: int = max(r["activations_peak_bytes"] for r in self.ranks)
 
     def grads(self):
         import torch
 
         return torch.load(self.out / "grads.pt", map_location="cpu")  # never onto the notebook's GPU
 
-    @property
-    def step_seconds(self) -> float:
-        return max(r["step_seconds"] for r in self.ranks)
-
     def sft_call(self):
         """The SFTConfig every rank of this run built, as a recipe.Call (what lesson 04 prints)."""
         from longctx.levers.cp_worker import sft_call
 
         return sft_call(json.loads((self.out / "spec.json").read_text()), self.nprocs)
-
-    @property
-    def activations_peak_bytes(self) -> int:  # the largest rank's
-        return max(r["activations_peak_bytes"] for r in self.ranks)
 
 
 def launch(
@@ -86,14 +71,12 @@ def launch(
     progress: bool = True,
     dtype: str = "fp32",
 ) -> ParallelRun:
-    """Run one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over
-    `nprocs` processes."""
+    """One SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs` processes."""
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:
         raise LongctxError("mode='single' runs one process (nprocs=1).")
-    cfg = models.config(model)
-    check_plan(cfg, seq_len, cp_size=nprocs if mode == "cp" else 1, sp_size=nprocs if mode == "sp" else 1)
+    check_plan(models.config(model), seq_len, cp_size=nprocs if mode == "cp" else 1, sp_size=nprocs if mode == "sp" else 1)
     if mode == "sp" and not deepspeed_available():
         raise LongctxError(
             "Ulysses sequence parallelism needs DeepSpeed: DS_BUILD_OPS=0 pip install "
@@ -104,68 +87,35 @@ def launch(
         import torch
 
         if nprocs > torch.cuda.device_count():  # NCCL needs one GPU per rank
-            raise LongctxError(
-                f"{mode} over {nprocs} processes needs {nprocs} GPUs (one per rank); this machine has "
-                f"{torch.cuda.device_count()}."
-            )
+            raise LongctxError(f"{mode} over {nprocs} processes needs {nprocs} GPUs; here: {torch.cuda.device_count()}.")
     out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    spec = {
-        "mode": mode,
-        "device": device,
-        "model": model,
-        "seq_len": seq_len,
-        "seed": seed,
-        "checkpointing": checkpointing,
-        "out": str(out),
-        "dtype": dtype,
-    }
-    (out / "spec.json").write_text(json.dumps(spec))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nprocs}",
-        "-m",
-        "longctx.levers.cp_worker",
-        str(out / "spec.json"),
-    ]
+    spec = dict(mode=mode, device=device, model=model, seq_len=seq_len, seed=seed, checkpointing=checkpointing, dtype=dtype)
+    (out / "spec.json").write_text(json.dumps(spec | {"out": str(out)}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}"]
+    cmd += ["-m", "longctx.levers.cp_worker", str(out / "spec.json")]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
-    start = time.perf_counter()
-    log = out / "launch.log"
-    with log.open("w") as fh:
+    label, log, start = f"{mode} × {nprocs}", out / "launch.log", time.perf_counter()
+    with log.open("w") as fh, tqdm(total=nprocs, desc=f"{label}: ranks done", disable=not progress, leave=False) as bar:
         proc = subprocess.Popen(
             cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=children.stop_with_parent
         )
         try:
-            _wait(proc, out, nprocs, timeout, progress, f"{mode} × {nprocs}")
+            while proc.poll() is None:
+                if time.perf_counter() - start > timeout:
+                    raise LongctxError(f"{label} run exceeded {timeout:.0f} s and was stopped; log: {log}")
+                bar.n = len(list(out.glob("rank*.json")))
+                bar.refresh()
+                time.sleep(0.2)
         except BaseException:  # an interrupted kernel, a timeout: torchrun and every rank go with it
             children.stop_tree(proc)
             raise
-    seconds = time.perf_counter() - start
     files = [out / f"rank{r}.json" for r in range(nprocs)]
     if proc.returncode != 0 or not all(f.exists() for f in files):
         tail = "\n".join(log.read_text().splitlines()[-25:])
         raise LongctxError(f"{mode} run over {nprocs} processes failed (exit code {proc.returncode}); log {log}:\n{tail}")
-    return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, seconds)
-
-
-def _wait(proc, out: Path, nprocs: int, timeout: float, progress: bool, label: str) -> None:
-    from tqdm.auto import tqdm
-
-    deadline = time.time() + timeout
-    with tqdm(total=nprocs, desc=f"{label}: ranks done", disable=not progress, leave=False) as bar:
-        while proc.poll() is None:
-            if time.time() > deadline:
-                children.stop_tree(proc)
-                raise LongctxError(f"{label} run exceeded {timeout:.0f} s and was stopped; log: {out / 'launch.log'}")
-            bar.n = len(list(out.glob("rank*.json")))
-            bar.refresh()
-            time.sleep(0.2)
-        bar.n = len(list(out.glob("rank*.json")))
-        bar.refresh()
+    return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, time.perf_counter() - start)
 
 
 def compare(reference: ParallelRun, other: ParallelRun) -> dict:
@@ -173,12 +123,11 @@ def compare(reference: ParallelRun, other: ParallelRun) -> dict:
     a, b = reference.grads(), other.grads()
     if set(a) != set(b):
         raise LongctxError(f"the two runs have different parameters: {sorted(set(a) ^ set(b))[:5]}")
-    dot = sum(float((a[k].double() * b[k].double()).sum()) for k in a)
-    ratio = dot / sum(float((a[k].double() ** 2).sum()) for k in a)  # least-squares scale of b against a
+    ratio = sum(float((a[k].double() * b[k].double()).sum()) for k in a) / sum(float((a[k].double() ** 2).sum()) for k in a)
     return {
         "loss_abs_diff": abs(reference.loss - other.loss),
         "grad_max_abs_diff": max(float((a[k] - b[k]).abs().max()) for k in a),
-        "grad_scale": ratio,  # 1.0 when the gradients agree; a constant factor shows up here
+        "grad_scale": ratio,  # least-squares scale of b against a: 1.0 when the gradients agree
         "grad_max_abs_diff_after_scale": max(float((a[k] - b[k] / ratio).abs().max()) for k in a),
         "activations_ratio": other.activations_peak_bytes / reference.activations_peak_bytes,
         "step_seconds": other.step_seconds,

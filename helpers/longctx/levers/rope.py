@@ -1,5 +1,5 @@
-"""YaRN position rescaling: the exact transformers 5.24 `rope_parameters` for a model trained on
-`trained` positions and asked to handle `wanted` positions, with the inconsistent settings refused."""
+"""YaRN position rescaling: the exact transformers 5.24 `rope_parameters` for a model trained on `trained` positions
+and asked to handle `wanted` positions, with the inconsistent settings refused."""
 
 from __future__ import annotations
 
@@ -14,27 +14,18 @@ QWEN3_TRAINED_LENGTH = 32768
 
 
 def rope_theta(cfg) -> float:
-    params = getattr(cfg, "rope_parameters", None) or {}
-    theta = params.get("rope_theta", getattr(cfg, "rope_theta", None))
+    theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", getattr(cfg, "rope_theta", None))
     if theta is None:
         raise LongctxError(f"{type(cfg).__name__} has no rope_theta: is it a RoPE model?")
     return float(theta)
 
 
 def yarn_parameters(
-    trained: int,
-    wanted: int,
-    theta: float,
-    factor: float | None = None,
-    *,
-    beta_fast: float | None = None,
-    beta_slow: float | None = None,
+    trained: int, wanted: int, theta: float, factor: float | None = None, *, beta_fast=None, beta_slow=None
 ) -> dict:
-    """`{"rope_type": "yarn", "rope_theta", "factor", "original_max_position_embeddings"}` with
-    factor = wanted / trained (given explicitly, it must agree); `beta_fast` / `beta_slow` (transformers'
-    defaults 32 / 1 when left out) are added only when given."""
-    check_positive_int("trained length", trained)
-    check_positive_int("wanted length", wanted)
+    """transformers' YaRN `rope_parameters` with factor = wanted / trained (given explicitly, it must agree);
+    `beta_fast` / `beta_slow` (transformers' defaults 32 / 1 when left out) are added only when given."""
+    trained = check_positive_int("trained length", trained)
     if wanted <= trained:
         raise LongctxError(
             f"The wanted length ({wanted:,}) is not above the trained length ({trained:,}): YaRN "
@@ -46,47 +37,25 @@ def yarn_parameters(
             f"YaRN factor {factor:g} does not match the lengths: {wanted:,} / {trained:,} = "
             f"{computed:g}. Use factor={computed:g}, or change the wanted or trained length."
         )
-    params = {
-        "rope_type": "yarn",
-        "rope_theta": float(theta),
-        "factor": float(computed),
-        "original_max_position_embeddings": int(trained),
-    }
-    for key, value in (("beta_fast", beta_fast), ("beta_slow", beta_slow)):
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise LongctxError(f"YaRN {key} must be a positive number of turns, got {value!r}.")
-            params[key] = float(value)
+    params = {"rope_type": "yarn", "rope_theta": float(theta), "factor": computed, "original_max_position_embeddings": trained}
+    params |= {k: float(v) for k, v in (("beta_fast", beta_fast), ("beta_slow", beta_slow)) if v is not None}
     fast, slow = params.get("beta_fast", DEFAULT_BETA_FAST), params.get("beta_slow", DEFAULT_BETA_SLOW)
-    if fast <= slow:
+    if not fast > slow > 0:
         raise LongctxError(
-            f"YaRN beta_fast ({fast:g}) must be above beta_slow ({slow:g}): pairs turning more than beta_fast "
-            "times inside the trained range are left alone, those turning fewer than beta_slow times are "
-            "interpolated."
+            f"YaRN needs beta_fast ({fast:g}) above beta_slow ({slow:g}) above 0: pairs turning more than beta_fast "
+            "times inside the trained range are left alone, those turning fewer than beta_slow times are interpolated."
         )
     return params
 
 
-def with_yarn(
-    cfg,
-    trained: int,
-    wanted: int,
-    *,
-    factor: float | None = None,
-    theta: float | None = None,
-    beta_fast: float | None = None,
-    beta_slow: float | None = None,
-):
-    """A copy of `cfg` with YaRN set (and max_position_embeddings raised to `wanted`). `theta`, when
-    given, must be the model's own: the rescaling is defined relative to the frequencies it was trained with."""
+def with_yarn(cfg, trained: int, wanted: int, *, factor=None, theta=None, beta_fast=None, beta_slow=None):
+    """A copy of `cfg` with YaRN set (and max_position_embeddings raised to `wanted`). `theta`, when given, must be
+    the model's own: the rescaling is defined relative to the frequencies it was trained with."""
     import copy
 
     own = rope_theta(cfg)
     if theta is not None and float(theta) != own:
-        raise LongctxError(
-            f"rope_theta {theta:g} is not the model's own ({own:g}); YaRN must carry the trained "
-            f"base frequency: use rope_theta={own:g}."
-        )
+        raise LongctxError(f"rope_theta {theta:g} is not the model's own: YaRN keeps the trained base, use rope_theta={own:g}.")
     new = copy.deepcopy(cfg)
     new.rope_parameters = yarn_parameters(trained, wanted, own, factor, beta_fast=beta_fast, beta_slow=beta_slow)
     new.max_position_embeddings = wanted
@@ -99,42 +68,37 @@ def model_init_kwargs(cfg) -> dict:
     return {"rope_parameters": dict(cfg.rope_parameters), "max_position_embeddings": int(cfg.max_position_embeddings)}
 
 
-def _head_dim(cfg) -> int:
-    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+def _inv_freq(cfg) -> np.ndarray:
+    """Each rotary pair's angular frequency (radians per position), fastest pair first."""
+    d = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    return rope_theta(cfg) ** (-np.arange(0, d, 2) / d)
 
 
 def turns(cfg, trained: int) -> np.ndarray:
     """Full turns each rotary pair makes over `trained` positions, fastest pair first."""
-    d = _head_dim(cfg)
-    inv_freq = rope_theta(cfg) ** (-np.arange(0, d, 2) / d)
-    return trained * inv_freq / (2 * np.pi)
+    return trained * _inv_freq(cfg) / (2 * np.pi)
 
 
 def pair_scaling(cfg, trained: int, wanted: int, **betas) -> np.ndarray:
-    """How YaRN treats each rotary pair: its rescaled frequency over its own (1 = left alone, 1/factor =
-    fully interpolated, between = the ramp), from transformers' own YaRN function. Lesson 02's "Look inside"
-    reads the same ratio off the loaded models' rotary modules and checks it against this."""
+    """YaRN's frequency of each rotary pair over its own, from transformers' own YaRN function: 1 = left alone,
+    1/factor = fully interpolated, between = the ramp (lesson 02's "Look inside" reads it off the rotary modules)."""
     import torch
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     inv_freq, _ = ROPE_INIT_FUNCTIONS["yarn"](with_yarn(cfg, trained, wanted, **betas), torch.device("cpu"))
-    d = _head_dim(cfg)
-    own = rope_theta(cfg) ** (-np.arange(0, d, 2) / d)
-    return inv_freq.double().numpy() / own
+    return inv_freq.double().numpy() / _inv_freq(cfg)
 
 
 def split(scaling: np.ndarray, factor: float) -> dict:
     """Shares of rotary pairs YaRN leaves alone, ramps, and fully interpolates."""
-    kept = float(np.mean(scaling > 1 - 1e-6))
-    interpolated = float(np.mean(scaling < 1 / factor + 1e-6))
+    kept, interpolated = float(np.mean(scaling > 1 - 1e-6)), float(np.mean(scaling < 1 / factor + 1e-6))
     return {"kept": kept, "ramp": 1 - kept - interpolated, "interpolated": interpolated}
 
 
 def matched_beta_fast(cfg, trained: int, reference, reference_trained: int) -> float:
-    """The beta_fast at which YaRN leaves the same share of `cfg`'s rotary pairs alone as its default
-    does for `reference` at its own trained length. The betas count turns inside the trained range, so
-    the default assumes thousands of positions: over a short range no pair turns 32 times, and every pair,
-    the fast ones included, would be squeezed. Ties go to the larger value (nearer the default)."""
+    """The beta_fast at which YaRN leaves alone the share of `cfg`'s rotary pairs its default leaves for `reference`.
+    The betas count turns inside the trained range: over a short range no pair turns 32 times, and the default would
+    squeeze every pair, the fast ones included. Ties go to the larger value (nearer the default)."""
     target = split(pair_scaling(reference, reference_trained, 2 * reference_trained), 2)["kept"]
     best = min(
         range(int(DEFAULT_BETA_FAST), int(DEFAULT_BETA_SLOW), -1),  # beta_slow stays at its default

@@ -1,5 +1,5 @@
-"""The YaRN lesson's measurements: models loaded with or without YaRN (the pretrained base, `base_model`, or
-a hub / local model), text windows, and per-token loss along a sequence (statistics of it: `curves`)."""
+"""The YaRN lesson's measurements: models loaded with or without YaRN (the pretrained base, `base_model`, or a hub /
+local model), text windows, and per-token loss along a sequence (statistics of it: `curves`)."""
 
 from __future__ import annotations
 
@@ -15,21 +15,19 @@ from longctx.errors import LongctxError
 
 @torch.no_grad()
 def _token_losses(model, dataset, batch: int, progress: bool, desc: str):
-    """Negative log-likelihood of every next token, one (windows, positions - 1) block per forward pass,
-    from TRL's fused head, which returns per-token log-probs without materialising the logits."""
+    """Negative log-likelihood of every next token, one (windows, positions - 1) block per forward pass, from TRL's
+    fused head, which returns per-token log-probs without materialising the logits."""
     from tqdm.auto import tqdm
     from trl.trainer.utils import add_fused_lm_head
 
     add_fused_lm_head(model, outputs=("log_probs",))
     ids = torch.tensor(dataset["input_ids"], device=next(model.parameters()).device)
-    for start in tqdm(range(0, len(ids), batch), desc=desc, disable=not progress, leave=False):
-        chunk = ids[start : start + batch]
+    for chunk in tqdm(ids.split(batch), desc=desc, disable=not progress, leave=False):
         yield -model(input_ids=chunk, labels=chunk, fused_lm_head=True, use_cache=False).log_probs.double().cpu()
 
 
 def per_token_loss(model, dataset, *, batch: int = 8, progress: bool = True) -> np.ndarray:
-    """Mean negative log-likelihood at each position (predicting token t+1 from tokens ≤ t), averaged over
-    every sequence of `dataset`."""
+    """Mean negative log-likelihood at each position (predicting token t+1 from tokens ≤ t) over `dataset`."""
     total = sum(nll.sum(0) for nll in _token_losses(model, dataset, batch, progress, "per-token loss"))
     return (total / len(dataset)).numpy()
 
@@ -39,12 +37,9 @@ def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> n
     return torch.cat([nll.mean(1) for nll in _token_losses(model, dataset, batch, progress, "window losses")]).numpy()
 
 
-def load_model(
-    spec: str, *, trained: int | None = None, wanted: int | None = None, beta_fast: float | None = None, dtype: str = "fp32"
-):
-    """ "base" → the lesson's pretrained model; anything else (hub id, path) → that model, whose trained
-    length must be given, in `dtype`, on this machine's accelerator. With `wanted`, YaRN is set for
-    wanted / trained positions (`beta_fast`: None = transformers' default)."""
+def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: str = "fp32"):
+    """ "base" → the lesson's pretrained model; a hub id or path → that model (its `trained` length given) in `dtype`,
+    on this machine's accelerator. With `wanted`, YaRN for wanted / trained positions (`beta_fast` None: the default)."""
     from longctx.levers import rope
 
     if spec == "base":
@@ -56,24 +51,19 @@ def load_model(
     cfg = models.config(spec)
     if wanted is not None:
         cfg = rope.with_yarn(cfg, trained, wanted, beta_fast=beta_fast)
-    model = models.load(spec, config=cfg, dtype=dtype)
-    model.eval()
-    return models.to_device(model)
+    return models.to_device(models.load(spec, config=cfg, dtype=dtype).eval())
 
 
 @contextlib.contextmanager
 def parked(*models):
-    """Keep `models` in host memory for the block and put them back on their device afterwards, so a
-    fine-tune on the GPU has the memory the evaluation copies held (a no-op on a CPU)."""
+    """Keep `models` in host memory for the block and put them back on their device afterwards, so a fine-tune on
+    the GPU has the memory the evaluation copies held."""
     homes = [next(m.parameters()).device for m in models]
-    if all(home.type == "cpu" for home in homes):
-        yield
-        return
     for m in models:
         m.to("cpu")
-    gc.collect()
-    torch.cuda.empty_cache()
     try:
+        gc.collect()
+        torch.cuda.empty_cache()  # a no-op without CUDA
         yield
     finally:
         gc.collect()
@@ -83,16 +73,15 @@ def parked(*models):
 
 
 def tokenizer_for(spec: str):
-    """The tokenizer that goes with the model: the corpus BPE for "base" (it was trained on the corpus's
-    ids), the model's own for a hub id or a model folder."""
+    """The model's tokenizer: the corpus BPE for "base" (trained on its ids), a hub id's or model folder's own."""
     from longctx import data
 
     return data.tokenizer() if spec == "base" else data.tokenizer_for(spec)
 
 
 def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out: bool = True, seed: int = 0):
-    """`n` windows of `length` tokens of held-out text (the corpus's validation books, a `datasets`
-    source's test split) or, with held_out=False, training text. `tokenizer` None: the corpus BPE."""
+    """`n` windows of `length` tokens of held-out text (the corpus's validation books, a `datasets` source's test
+    split) or, with held_out=False, training text. `tokenizer` None: the corpus BPE."""
     from longctx import data
 
     return data.long_sequences(length, n, "validation" if held_out else "train", dataset=dataset, tokenizer=tokenizer, seed=seed)

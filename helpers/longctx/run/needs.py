@@ -1,14 +1,11 @@
-"""What each notebook size needs (accelerator, GPUs, memory, hub, disk, minutes), and the check that
-refuses a size this machine lacks before a kernel starts.
-
-The table lives in notebooks/params/needs.yaml; `longctx list` prints it, the README carries it as a
-table (a test keeps the two equal) and `harness.run` calls `check` first.
-"""
+"""What each notebook size needs (accelerator, GPUs, memory, hub, disk, minutes), from notebooks/params/needs.yaml,
+and the check that refuses a size this machine lacks before a kernel starts (`longctx list` and the README show it)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,8 +21,6 @@ from longctx.paths import notebooks_dir
 
 MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL")  # parameters that name a model
 PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kernel reads
-
-ACCELERATORS = ("none", "cuda", "cuda-or-neuron")
 GB = 1e9  # cards are sold in decimal GB: an "80 GB" H100 reports about 85.5e9 bytes
 
 
@@ -40,37 +35,18 @@ class Needs:
 
     def describe(self) -> str:
         """One line: '8 CUDA GPUs ≥ 80 GB, hub (20 GB disk), ~20 min (expected)'."""
-        if self.accelerator == "none":
-            parts = ["CPU"]
-        else:
-            kind = "CUDA GPU" if self.accelerator == "cuda" else "CUDA GPU or Neuron core"
-            parts = [f"{self.gpus} {kind}{'s' if self.gpus > 1 else ''} ≥ {self.gpu_memory_gb:g} GB"]
-        if self.hub:
-            parts.append(f"hub ({self.disk_gb:g} GB disk)")
-        parts.append(f"~{self.minutes:g} min" + (" (expected)" if self.accelerator != "none" else ""))
-        return ", ".join(parts)
-
-
-def table_path() -> Path:
-    return notebooks_dir() / "params" / "needs.yaml"
+        kind = "CUDA GPU" if self.accelerator == "cuda" else "CUDA GPU or Neuron core"
+        gpus = f"{self.gpus} {kind}{'s' if self.gpus > 1 else ''} ≥ {self.gpu_memory_gb:g} GB"
+        hub = [f"hub ({self.disk_gb:g} GB disk)"] if self.hub else []
+        minutes = f"~{self.minutes:g} min" + (" (expected)" if self.accelerator != "none" else "")
+        return ", ".join(["CPU" if self.accelerator == "none" else gpus, *hub, minutes])
 
 
 @lru_cache(maxsize=None)
 def table() -> dict[str, dict[str, Needs]]:
-    """notebook stem → size → Needs, read from needs.yaml and checked field by field."""
-    raw = yaml.safe_load(table_path().read_text()) or {}
-    out = {}
-    for notebook, sizes in raw.items():
-        out[notebook] = {}
-        for size, fields in sizes.items():
-            try:
-                needs = Needs(**fields)
-            except TypeError as exc:
-                raise LongctxError(f"{table_path()}: {notebook}/{size}: {exc}") from None
-            if needs.accelerator not in ACCELERATORS:
-                raise LongctxError(f"{table_path()}: {notebook}/{size}: accelerator must be one of {ACCELERATORS}.")
-            out[notebook][size] = needs
-    return out
+    """notebook stem → size → Needs (accelerator: none, cuda or cuda-or-neuron)."""
+    raw = yaml.safe_load((notebooks_dir() / "params" / "needs.yaml").read_text()) or {}
+    return {nb: {size: Needs(**fields) for size, fields in row.items()} for nb, row in raw.items()}
 
 
 def of(notebook: str, size: str) -> Needs:
@@ -78,7 +54,7 @@ def of(notebook: str, size: str) -> Needs:
         return table()[notebook][size]
     except KeyError:
         raise LongctxError(
-            f"{table_path()} declares nothing for {notebook} at size {size!r}: add its needs "
+            f"notebooks/params/needs.yaml declares nothing for {notebook} at size {size!r}: add its needs "
             "(accelerator, gpus, gpu_memory_gb, hub, disk_gb, minutes)."
         ) from None
 
@@ -88,38 +64,27 @@ class Machine:
     accelerator: str  # "cuda", "neuron" or "none"
     memory_bytes: tuple[int, ...]  # per accelerator
 
-    @property
-    def count(self) -> int:
-        return len(self.memory_bytes)
-
 
 def machine() -> Machine:
-    """The accelerators this process can use. Counting CUDA devices starts no CUDA context; their memory
-    is read in a child process, so the harness never holds GPU memory while a notebook runs."""
+    """The accelerators this process can use. Counting CUDA devices starts no CUDA context; their memory is read in a
+    child process, so the harness never holds GPU memory while a notebook runs."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.device_count():
-        probe = (
-            "import json, torch; print(json.dumps([torch.cuda.get_device_properties(i).total_memory "
-            "for i in range(torch.cuda.device_count())]))"
-        )
+        probe = "import torch.cuda as c; print([c.get_device_properties(i).total_memory for i in range(c.device_count())])"
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
         if out.returncode:
             raise LongctxError(f"Could not read the GPUs' memory: {out.stderr.strip().splitlines()[-1:]}")
-        return Machine("cuda", tuple(json.loads(out.stdout.strip().splitlines()[-1])))
-
+        return Machine("cuda", tuple(json.loads(out.stdout.splitlines()[-1])))
     if device() == "neuron":  # torch-neuronx registers the device; its memory is not queried here
         return Machine("neuron", (0,) * max(1, torch.accelerator.device_count()))
     return Machine("none", ())
 
 
 def hub_ids(params: dict) -> list[str]:
-    """The hub ids a run's parameters name (MODEL, DATASET, ...): values shaped like 'org/name' that are
-    not local paths."""
-    from longctx.run.needs import PATH_PARAMETERS
-
+    """The hub ids a run's parameters name: MODEL, DATASET, ... values shaped like 'org/name' that are no local path."""
     return [
-        v for k, v in params.items() if isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists() and k in PATH_PARAMETERS
+        v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists()
     ]
 
 
@@ -129,53 +94,44 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
     if needs.accelerator == "none":
         return needs
     have = have or machine()
-    wanted = needs.describe().split(",")[0]
+    count, wanted = len(have.memory_bytes), f"{notebook} at size {size} needs {needs.describe().split(',')[0]}"
     kinds = ("cuda", "neuron") if needs.accelerator == "cuda-or-neuron" else ("cuda",)
-    if have.accelerator not in kinds or have.count < needs.gpus:
-        found = f"{have.count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
+    if have.accelerator not in kinds or count < needs.gpus:
+        found = f"{count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
         raise LongctxError(
-            f"{notebook} at size {size} needs {wanted}; this machine has {found}. Run it where they "
-            "are (e.g. `longctx sweep ... --executor slurm --gpus N`), or use --size cpu (the lesson "
-            "on a CPU) or --size rehearsal (the GPU code paths on a CPU)."
+            f"{wanted}; this machine has {found}. Run it where they are (e.g. `longctx sweep ... --executor slurm --gpus N`), "
+            "or use --size cpu (the lesson on a CPU) or --size rehearsal (the GPU code paths on a CPU)."
         )
-    if have.accelerator == "cuda":
-        small = [i for i, b in enumerate(have.memory_bytes[: needs.gpus]) if b < needs.gpu_memory_gb * GB]
-        if small:
-            sizes = ", ".join(f"cuda:{i} {have.memory_bytes[i] / GB:.0f} GB" for i in small)
-            raise LongctxError(
-                f"{notebook} at size {size} needs {wanted}; this machine has {sizes}. Use larger "
-                "cards, or lower the size's lengths with -p (check them first with `longctx estimate`)."
-            )
+    cuda = have.memory_bytes[: needs.gpus] if have.accelerator == "cuda" else ()  # a Neuron core's memory is not read
+    small = [i for i, b in enumerate(cuda) if b < needs.gpu_memory_gb * GB]
+    if small:
+        raise LongctxError(
+            f"{wanted}; this machine has {', '.join(f'cuda:{i} {have.memory_bytes[i] / GB:.0f} GB' for i in small)}. Use larger "
+            "cards, or lower the size's lengths with -p (check them first with `longctx estimate`)."
+        )
     if needs.hub:
-        _check_hub(notebook, size, needs, hub_ids(params))
+        _check_hub(f"{notebook} at size {size}", needs, hub_ids(params))
     return needs
 
 
-def _check_hub(notebook: str, size: str, needs: Needs, ids: list[str]) -> None:
-    if not ids:
-        return
+def _check_hub(run: str, needs: Needs, ids: list[str]) -> None:
     from huggingface_hub import constants
 
     cache = Path(constants.HF_HUB_CACHE)
-    cached = [i for i in ids if any((cache / f"{kind}--{i.replace('/', '--')}").is_dir() for kind in ("models", "datasets"))]
-    missing = [i for i in ids if i not in cached]
-    if missing and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    missing = [i for i in ids if not any((cache / f"{kind}--{i.replace('/', '--')}").is_dir() for kind in ("models", "datasets"))]
+    if not missing:
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise LongctxError(
-            f"{notebook} at size {size} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE "
-            "is set and they are not in the cache. Download them first (huggingface-cli download), "
-            "or point MODEL / DATASET at local folders with -p."
+            f"{run} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE is set and they are not in the cache. "
+            "Download them first (huggingface-cli download), or point MODEL / DATASET at local folders with -p."
         )
-    if missing:
-        cache.mkdir(parents=True, exist_ok=True)
-        import shutil
-
-        free = shutil.disk_usage(cache).free
-        if free < needs.disk_gb * GB:
-            raise LongctxError(
-                f"{notebook} at size {size} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) "
-                f"into {cache}, which has {free / GB:.1f} GB free. Free space there or set HF_HOME to "
-                "a larger disk."
-            )
+    cache.mkdir(parents=True, exist_ok=True)
+    if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
+        raise LongctxError(
+            f"{run} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) into {cache}, which has {free / GB:.1f} GB "
+            "free. Free space there or set HF_HOME to a larger disk."
+        )
 
 
 def markdown() -> str:
