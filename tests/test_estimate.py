@@ -386,3 +386,17 @@ def test_layers_that_differ_are_traced_whole():
     assert not repeat.identical_layers(sliding) and repeat.identical_layers(_qwen3_moe())
     assert estimate(sliding, 256, attn_implementation="eager").meta["method"] == "traced"
     assert estimate("qwen3-0.6b", 4096, cp_size=2).meta["method"] == "traced"  # FSDP's prefetches cross layers
+
+
+def test_explore_redraws_the_estimate_when_a_control_changes():
+    from longctx.memory.explore import explore
+
+    box = explore("deep", 4096, models=())
+    first = box.state
+    assert first["peak_gib"] == pytest.approx(estimate("deep", 4096).peak_gib) and first["host_gib"] == 0
+    offload = next(c for row in box.children[:2] for c in row.children if c.description == "offload")
+    offload.value = True
+    assert box.state["offload"] and box.state["host_gib"] > 0 and box.state["peak_gib"] < first["peak_gib"]
+    checkpointing = next(c for row in box.children[:2] for c in row.children if c.description == "checkpointing")
+    checkpointing.value = False  # offload without checkpointing: the refusal is shown, not raised
+    assert "needs gradient checkpointing" in box.state["error"]

@@ -1,0 +1,77 @@
+"""`explore()`: the full-size estimator behind a few controls in JupyterLab — model, length, levers, GPUs, card —
+redrawing the step's peak by category and the verdict against the card at each change (fast path: memory/repeat.py)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from longctx.errors import LongctxError
+from longctx.memory import cards
+from longctx.memory.estimate import estimate
+from longctx.units import GIB
+
+LENGTHS = [2**n for n in range(12, 21)]  # 4k … 1M tokens
+MODELS = ("qwen3-0.6b", "qwen3-4b", "qwen3-8b")
+
+
+@lru_cache(maxsize=512)
+def peak(model: str, seq_len: int, loss: str, checkpointing: bool, offload: bool, gpus: int) -> dict:
+    """The estimated step at these settings (per GPU under context parallelism), kept for the next visit."""
+    profile = estimate(model, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, cp_size=gpus)
+    return {
+        "peak_gib": profile.peak_gib,
+        "phase": profile.peak_phase,
+        "gib": {k: v / GIB for k, v in profile.peak_breakdown.items() if v},
+        "host_gib": profile.host_peak_bytes / GIB,
+    }
+
+
+def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB", models=MODELS):
+    """The controls and the figure they redraw, as one ipywidgets box (its `.state` holds the last drawn estimate)."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from longctx import plots
+
+    label = lambda n: f"{n // 2**20}M" if n >= 2**20 else f"{n // 1024}k"  # noqa: E731
+    lengths = sorted({*LENGTHS, seq_len})
+    controls = {
+        "model": w.Dropdown(options=list(dict.fromkeys([model, *models])), value=model, description="model"),
+        "seq_len": w.SelectionSlider(options=[(label(n), n) for n in lengths], value=seq_len, description="tokens"),
+        "loss": w.ToggleButtons(options=["plain", "chunked"], value="chunked", description="loss"),
+        "checkpointing": w.Checkbox(value=True, description="checkpointing"),
+        "offload": w.Checkbox(value=False, description="offload"),
+        "gpus": w.Dropdown(options=[1, 2, 4, 8], value=1, description="GPUs (CP)"),
+        "gpu": w.Dropdown(options=list(cards.CARDS), value=gpu, description="card"),
+    }
+    out = w.Output()
+    box = w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:]), out])
+
+    def draw(_=None):
+        v = {k: c.value for k, c in controls.items()}
+        with out:
+            out.clear_output(wait=True)
+            try:
+                box.state = dict(v, **peak(v["model"], v["seq_len"], v["loss"], v["checkpointing"], v["offload"], v["gpus"]))
+            except LongctxError as exc:  # offload without checkpointing, a length CP cannot split, ...
+                box.state = dict(v, error=str(exc))
+                print(exc)
+                return
+            host = {"host (offloaded)": box.state["host_gib"]} if box.state["host_gib"] else {}
+            ax = plots.bars({**box.state["gib"], **host}, ylabel="GiB at the peak", annotate="{:.2f}")
+            capacity = cards.capacity(v["gpu"])[0]
+            ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{v['gpu']}: {capacity:.1f} GiB")
+            ax.legend(fontsize=8)
+            ax.set_title(
+                f"{v['model']} at {v['seq_len']:,} tokens: {box.state['peak_gib']:.1f} GiB per GPU ({box.state['phase']}), "
+                f"{cards.verdict(box.state['peak_gib'], v['gpu'], v['gpus']).split(';')[0]}",
+                fontsize=9,
+            )
+            display(ax.figure)
+            plt.close(ax.figure)
+
+    for c in controls.values():
+        c.observe(draw, names="value")
+    draw()
+    return box
