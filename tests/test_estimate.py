@@ -108,11 +108,11 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
         estimate(T5Config(), 128)
     broken = models.config("tiny")
     broken.num_hidden_layers = -2
-    with pytest.raises(LongctxError, match="num_hidden_layers must be a positive integer"):
+    with pytest.raises(LongctxError, match="num_hidden_layers is -2: not a positive whole number"):
         estimate(broken, 128)
     for name, value in (("head_dim", 0), ("intermediate_size", -1)):
         broken = models.config("tiny", **{name: value})
-        with pytest.raises(LongctxError, match=f"{name} is {value}; it must be a positive integer"):
+        with pytest.raises(LongctxError, match=f"{name} is {value}: not a positive whole number"):
             estimate(broken, 128)
     from transformers import Qwen3MoeConfig
 
@@ -149,7 +149,7 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
         )
     for overrides, fragment in (
         ({"hidden_act": "nope"}, "transformers cannot build a qwen3 model from this config"),
-        ({"vocab_size": 10**9}, "vocab_size is 1,000,000,000, over the 2,097,152"),
+        ({"vocab_size": 10**9}, "vocab_size is 1,000,000,000: over the 2,097,152"),
     ):
         with pytest.raises(LongctxError, match=fragment):
             estimate(models.config("tiny", **overrides), 128)

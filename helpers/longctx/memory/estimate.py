@@ -27,10 +27,6 @@ from longctx.train import LOSSES
 from longctx.units import CATEGORIES, GIB
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
-MAX_VOCAB = 2**21  # 8 × the largest vocabularies of released LMs (262,144); the fused head's tiles grow with it
-MAX_LAYERS = 1024
-# 8 × the widest released LMs (Llama-3.1-405B: hidden 16,384, MLP 53,248): a wider config is a typo, not a model
-MAX_HIDDEN, MAX_INTERMEDIATE = 2**17, 2**19
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
 HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
 DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, compat.gpu_dispatch) or the CPU's
@@ -38,12 +34,27 @@ DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, c
 # "fused"; `optim="adamw_torch"` lets torch pick, which is "foreach" on CUDA tensors and "for-loop" on CPU ones.
 OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
 ATTENTIONS = ("sdpa", "flash_attention_2", "eager")  # transformers' attn_implementation values modelled here
+_SIZE = {"type": "integer", "minimum": 1}
+# The sizes a config must give, checked by jsonschema where they are numbers (some families give lists). The caps are
+# 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a config
+# is a typo, and its trace would run for many minutes.
+CONFIG_SCHEMA = {
+    "properties": {
+        "num_hidden_layers": {**_SIZE, "maximum": 1024},
+        "hidden_size": {**_SIZE, "maximum": 2**17},
+        "intermediate_size": {**_SIZE, "maximum": 2**19},
+        "vocab_size": {**_SIZE, "maximum": 2**21},
+        **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size"), _SIZE),
+        "sliding_window": {"anyOf": [_SIZE, {"type": "null"}]},
+    }
+}
 
 
 def check_model(cfg) -> None:
-    """Refuse, before building anything, a config the estimate cannot stand for: not a decoder-only
-    language model (an encoder such as BERT, an encoder-decoder such as T5), or sizes that are not
-    positive integers."""
+    """Refuse, before building anything, a config the estimate cannot stand for: not a decoder-only language model
+    (an encoder such as BERT, an encoder-decoder such as T5), sizes outside CONFIG_SCHEMA, experts or heads that
+    do not divide."""
+    from jsonschema import Draft202012Validator
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     kind = getattr(cfg, "model_type", "")
@@ -54,46 +65,23 @@ def check_model(cfg) -> None:
             "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains."
         )
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
-        if getattr(text, name, None) is not None:
-            check_positive_int(f"the config's {name}", getattr(text, name))
-    for name in ("head_dim", "intermediate_size", "moe_intermediate_size"):  # optional; some families use lists
-        value = getattr(text, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
-            raise LongctxError(f"The config's {name} is {value}; it must be a positive integer (fix config.json).")
+    sizes = {k: getattr(text, k, None) for k in CONFIG_SCHEMA["properties"]}
+    sizes = {k: v for k, v in sizes.items() if v is None and k == "sliding_window" or isinstance(v, (int, float))}
+    for error in Draft202012Validator(CONFIG_SCHEMA).iter_errors(sizes):
+        name = error.path[0]
+        limit = error.schema.get("maximum", 0)
+        why = f"over the {limit:,} the estimator takes" if limit and sizes[name] > limit else "not a positive whole number"
+        raise LongctxError(f"The config's {name} is {sizes[name]:,}: {why}; fix config.json.")
     experts = next((v for n in ("num_experts", "num_local_experts") if isinstance(v := getattr(text, n, None), int)), None)
     per_token = getattr(text, "num_experts_per_tok", None)
     if experts is not None and experts < 1 and (experts < 0 or "moe" in text.model_type or per_token):
-        raise LongctxError(
-            f"The config has {experts} experts; a mixture-of-experts model needs at least one (fix num_experts in config.json)."
-        )
+        raise LongctxError(f"The config has {experts} experts; a mixture-of-experts model needs at least one (fix config.json).")
     if experts and isinstance(per_token, int) and not 0 < per_token <= experts:
-        raise LongctxError(
-            f"The config routes each token to {per_token} of {experts} experts; num_experts_per_tok must "
-            "be from 1 to the number of experts (fix config.json)."
-        )
-    window = getattr(text, "sliding_window", None)
-    if isinstance(window, int) and not isinstance(window, bool) and window < 0:
-        raise LongctxError(f"The config's sliding_window is {window}; a window is a positive number of tokens, or null.")
-    caps = (
-        ("vocab_size", MAX_VOCAB),
-        ("num_hidden_layers", MAX_LAYERS),
-        ("hidden_size", MAX_HIDDEN),
-        ("intermediate_size", MAX_INTERMEDIATE),
-    )
-    for name, cap in caps:
-        value = getattr(text, name, None)
-        if isinstance(value, int) and value > cap:
-            raise LongctxError(
-                f"The config's {name} is {value:,}, over the {cap:,} the estimator takes: its trace "
-                "grows with it and would run for many minutes (released LMs stay far below; fix config.json)."
-            )
+        raise LongctxError(f"The config routes each token to {per_token} of {experts} experts; fix num_experts_per_tok.")
     heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
     if heads and kv and heads % kv:
-        raise LongctxError(
-            f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
-            "the first to be a multiple of the second."
-        )
+        raise LongctxError(f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
+                           "the first to be a multiple of the second (fix config.json).")  # fmt: skip
 
 
 def check_levers(
