@@ -1,9 +1,6 @@
-"""Every workaround for upstream behaviour (torch, transformers, trl, accelerate) lives here.
-
-Each names the version it was written against and the upstream behaviour it works around, and
-tests/test_compat.py holds a test that fails when upstream changes it (so it can be dropped or revised
-when a pin moves). Nothing here is applied at import time: callers opt in.
-"""
+"""Every workaround for upstream behaviour (torch, transformers, trl, accelerate), each opted into by its callers
+(nothing is applied at import). Each names the version and the upstream behaviour it works around, and
+tests/test_compat.py holds a test that fails when upstream changes it, so it can be dropped when a pin moves."""
 
 from __future__ import annotations
 
@@ -27,34 +24,25 @@ def _patched(*swaps):
 class FrozenParamsMemTracker(MemTracker):
     """torch 2.13.0: `MemTracker` registers a gradient hook on every parameter, which raises for a frozen one,
     so a LoRA/peft model cannot be tracked. This installs the hooks on trainable parameters only.
-    Test: test_compat.py::test_memtracker_still_rejects_frozen_params.
-    """
+    Test: test_compat.py::test_memtracker_still_rejects_frozen_params."""
 
     def _track_module_params_and_buffers(self, module: torch.nn.Module, install_grad_hooks: bool = True):
-        param_mem, buffer_mem = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
-        if install_grad_hooks:
-            for param in module.parameters():
-                if param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
-                    hook = self._grad_hook_for()
-                    self._param_to_grad_hook_handles[param] = (
-                        param.register_hook(hook),
-                        param.register_post_accumulate_grad_hook(lambda p, hook=hook: hook(p.grad)),
-                    )
-        return param_mem, buffer_mem
-
-    def _grad_hook_for(self):
-        def hook(grad: torch.Tensor) -> None:  # a hook that returns something replaces the gradient
+        def hook(grad: torch.Tensor) -> None:  # (a hook that returns a value replaces the gradient)
             self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
 
-        return hook
+        memory = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+        for param in module.parameters():
+            if install_grad_hooks and param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
+                after = param.register_post_accumulate_grad_hook(lambda p: hook(p.grad))
+                self._param_to_grad_hook_handles[param] = (param.register_hook(hook), after)
+        return memory
 
 
 def fake_tensor_training():
     """transformers 5.24.0: `masking_utils.find_packed_sequence_indices` takes fake tensors for tracing and returns
     a packed-sequence index, so the SDPA mask builder materialises an L×L mask eager never builds (+28 GiB at 96k
     tokens). Under this context it returns None, as eager does for one unpacked sequence per row.
-    Test: test_compat.py::test_packed_sequence_check_still_fires_on_fake_tensors.
-    """
+    Test: test_compat.py::test_packed_sequence_check_still_fires_on_fake_tensors."""
     from transformers import masking_utils
 
     return _patched((masking_utils, "find_packed_sequence_indices", lambda position_ids: None))
@@ -63,8 +51,7 @@ def fake_tensor_training():
 def fused_head_tiles(tokens: int | None = None, vocab: int | None = None):
     """trl 1.16.0 has no argument for the tile of its fused LM head: two module globals read at call time
     (4096 × 32768). Set for the context, so a CPU miniature (whose sequence fits one tile) shows what chunking buys.
-    Test: test_compat.py::test_fused_head_tile_globals_still_exist.
-    """
+    Test: test_compat.py::test_fused_head_tile_globals_still_exist."""
     from trl.kernels import chunked_logprob
     from trl.trainer import utils as trl_utils
 
@@ -79,8 +66,7 @@ def register_cpu_ring_attention() -> bool:
     CPU, `aten._scaled_dot_product_flash_attention_for_cpu` (and its backward) fails with "... does not have a
     sharding strategy registered". This routes both to torch's own `_templated_ring_attention(_backward)`, the
     ring the CUDA path uses. Idempotent; True when it registered anything.
-    Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels.
-    """
+    Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.experimental._context_parallel import _attention as cp
 
@@ -122,8 +108,7 @@ def accelerate_fsdp_on_cpu() -> None:
     """accelerate 1.15.0: `AcceleratorState.__init__` switches a multi-process run to FSDP (which
     `ParallelismConfig(cp_size>1)` needs) only for GPU-like types; a torchrun launch on CPUs stays `MULTI_CPU` and
     is refused. This wraps the constructor so such a state becomes FSDP, as on GPUs. Idempotent.
-    Test: test_compat.py::test_accelerate_still_keeps_multi_cpu_out_of_fsdp.
-    """
+    Test: test_compat.py::test_accelerate_still_keeps_multi_cpu_out_of_fsdp."""
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
 
@@ -147,8 +132,7 @@ def before_deepspeed_step(callback):
     """accelerate 1.15.0: `DeepSpeedEngineWrapper.backward` runs `engine.backward(loss)` and at once `engine.step()`
     (which zeroes the gradients), so no callback sees DeepSpeed's gradients. Under this context `callback()` runs
     between the two: how the Ulysses run's gradients are compared with one process's.
-    Test: test_compat.py::test_accelerate_deepspeed_backward_still_steps_at_once.
-    """
+    Test: test_compat.py::test_accelerate_deepspeed_backward_still_steps_at_once."""
     from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 
     def backward(self, loss, sync_gradients=True, **kwargs):
@@ -165,18 +149,15 @@ def gpu_dispatch(stand_ins, *, attention: bool = True):
     """Take the GPU's side of every device-dependent branch of a step traced on fake CPU tensors (a CPU-only torch
     aborts autograd on fake CUDA tensors).
 
-    trl 1.16.0, `trl.kernels.chunked_logprob` (the fused LM head): on CUDA `_use_triton` folds each tile with the
-    Triton kernels in place, and `_addmm_fp32` accumulates bf16 products straight into fp32; on a CPU both take a
-    torch fallback with whole-tile fp32 temporaries. Here the GPU branch is taken, the Triton launches replaced by
-    `stand_ins.TritonLaunch` (allocates nothing, as the kernels do), and the tile loops run their first two
-    iterations and their last (`tile_range`): every later one allocates what the second does, so the peak is the
-    full loop's and a 1M-token head traces 3 row tiles, not 256. `trl.trainer.utils._use_triton` stays the CPU's:
-    fake tensors cannot size its boolean-mask index, and with every position labelled the rows are the same.
-
-    torch 2.13.0: `F.scaled_dot_product_attention` on CPU tensors runs the CPU kernels; with `attention` it goes
-    through `stand_ins.sdpa_as_cuda`, the kernel a CUDA GPU picks (CP keeps torch's CPU ring: attention=False).
-    Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device.
-    """
+    trl 1.16.0, `trl.kernels.chunked_logprob` (the fused head) branches on the device: Triton kernels that fold each
+    tile in place and an fp32 `_addmm_fp32` on CUDA, whole-tile fp32 temporaries on a CPU. Here it takes the CUDA
+    branch, the kernels replaced by `stand_ins.TritonLaunch` (allocates nothing, as they do), and its tile loops run
+    their first two iterations and their last (`tile_range`: each later one allocates what the second does, so the
+    peak is the full loop's). `trl.trainer.utils._use_triton` stays the CPU's (fake tensors cannot size its mask
+    index; with every position labelled the rows are the same).
+    torch 2.13.0: with `attention`, `F.scaled_dot_product_attention` runs the kernel a CUDA GPU picks
+    (`stand_ins.sdpa_as_cuda`); CP keeps torch's CPU ring (attention=False).
+    Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device."""
     import trl.trainer.utils  # noqa: F401  imported first, so its own `_use_triton` binds the original
     from trl.kernels import chunked_logprob as kernel
 
@@ -213,8 +194,7 @@ def register_flash_attention_2(stand_ins) -> str:
     """transformers 5.24.0 accepts `attn_implementation="flash_attention_2"` only with the flash-attn package (CUDA
     only). This registers `stand_ins.flash_attention_2`, with the flash mask function (no seq × seq mask), through
     the public `AttentionInterface` / `AttentionMaskInterface`; returns the name to pass as `attn_implementation`.
-    Test: test_compat.py::test_flash_attention_2_still_needs_the_package.
-    """
+    Test: test_compat.py::test_flash_attention_2_still_needs_the_package."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
