@@ -31,21 +31,13 @@ STYLE = {
     "svg.hashsalt": "longctx",
     "path.simplify": False,
 }
+# the memory categories' colours, and those of the series the lessons plot (train/eval, plain/chunked, …)
 COLORS = {
-    "parameters": "#4C72B0",
-    "buffers": "#8172B3",
-    "gradients": "#DD8452",
-    "optimizer": "#55A868",
-    "activations": "#C44E52",
-    "temporaries": "#DA8BC3",
-    "other": "#937860",
-    "train": "#4C72B0",
-    "eval": "#DD8452",
-    "plain": "#C44E52",
-    "chunked": "#4C72B0",
-    "checkpointing": "#4C72B0",
-    "offload": "#55A868",
-    "yarn": "#55A868",
+    **dict.fromkeys(("parameters", "train", "chunked", "checkpointing"), "#4C72B0"),
+    **dict.fromkeys(("gradients", "eval"), "#DD8452"),
+    **dict.fromkeys(("optimizer", "offload", "yarn"), "#55A868"),
+    **dict.fromkeys(("activations", "plain"), "#C44E52"),
+    **{"buffers": "#8172B3", "temporaries": "#DA8BC3", "other": "#937860"},
 }
 
 
@@ -92,18 +84,6 @@ def styled(draw):
     return wrapper
 
 
-def _labels(ax, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, legend: dict | None = None):
-    """The axes' labels and title where given, and a legend with `legend`'s settings (None: no legend)."""
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    if ylabel is not None:
-        ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    if legend is not None:
-        ax.legend(**legend)
-
-
 def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
     """Write `name`.png and `name`.svg into `folder` (no timestamps, so identical inputs give identical files;
     a lesson writes through its session: `session.save_figure`)."""
@@ -129,7 +109,8 @@ def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
         bottom += vals
     for i, total in enumerate(bottom):
         ax.annotate(f"{total:.1f} {unit}", (i, total), ha="center", va="bottom")
-    _labels(ax, ylabel=f"{unit} before activations", legend={})
+    ax.set(ylabel=f"{unit} before activations")
+    ax.legend()
 
 
 @styled
@@ -139,7 +120,8 @@ def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("paramet
     for i, (name, row) in enumerate(rows.items()):
         ax.bar(x + i * width, [row.get(c, 0) / MIB for c in categories], width, label=name)
     ax.set_xticks(x + width * (len(rows) - 1) / 2, categories)
-    _labels(ax, ylabel="MiB", legend={})
+    ax.set(ylabel="MiB")
+    ax.legend()
 
 
 @styled
@@ -180,7 +162,8 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
     ax.set_xlim(0, len(profile.timeline) - 1)
     xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"
-    _labels(ax, xlabel, {GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"), title, legend={"loc": "upper left", "fontsize": 7})
+    ax.set(xlabel=xlabel, ylabel={GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"), title=title)
+    ax.legend(loc="upper left", fontsize=7)
 
 
 def _peak_preserving_rows(totals: np.ndarray, points: int = 3000) -> np.ndarray:
@@ -202,7 +185,8 @@ def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, ca
     for name, length in (guide or {}).items():
         ax.axvline(length, color="grey", lw=0.8, ls=":")
         ax.annotate(name, (length, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=7)
-    _labels(ax, "sequence length (tokens)", f"peak memory ({unit_label})", legend={})
+    ax.set(xlabel="sequence length (tokens)", ylabel=f"peak memory ({unit_label})")
+    ax.legend()
 
 
 @styled
@@ -215,7 +199,8 @@ def loss_curves(result, ax=None, mark_best: bool = True):
             i = int(np.argmin(result.eval_losses))
             step, loss = result.eval_steps[i], result.eval_losses[i]
             ax.plot(step, loss, "*", ms=14, color="k", label=f"best: step {step}, {loss:.3f}")
-    _labels(ax, "optimizer step", "loss (nats/token)", legend={})
+    ax.set(xlabel="optimizer step", ylabel="loss (nats/token)")
+    ax.legend()
 
 
 @styled
@@ -224,7 +209,7 @@ def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{
     ax.bar(list(values), list(values.values()), color=color or COLORS["parameters"])
     for i, value in enumerate(values.values()):
         ax.annotate(annotate.format(value), (i, value), ha="center", va="bottom", fontsize=8)
-    _labels(ax, ylabel=ylabel)
+    ax.set(ylabel=ylabel)
 
 
 @styled
@@ -240,7 +225,8 @@ def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, un
     _trained_mark(ax, trained)
     if unigram is not None:
         ax.axhline(unigram, color="grey", ls="--", lw=1, label=f"unigram entropy {unigram:.2f}")
-    _labels(ax, "position in the sequence", "loss (nats per token)", title, legend={"fontsize": 7})
+    ax.set(xlabel="position in the sequence", ylabel="loss (nats per token)", title=title)
+    ax.legend(fontsize=7)
 
 
 @styled
@@ -251,7 +237,7 @@ def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: i
     ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)
     ax.axhline(0, color="grey", lw=0.8)
     _trained_mark(ax, trained)
-    _labels(ax, "position in the sequence", f"{label} (nats, smoothed)")
+    ax.set(xlabel="position in the sequence", ylabel=f"{label} (nats, smoothed)")
 
 
 @styled
@@ -263,7 +249,8 @@ def yarn_pairs(rows: dict[str, tuple[np.ndarray, np.ndarray, float]], ax=None, t
         ax.plot(turns, (scaling - 1 / factor) / (1 - 1 / factor), marker="o", ms=3, lw=1.2, label=name)
     ax.set_xscale("log")
     ylabel = "frequency kept (1 = left alone, 0 = interpolated)"
-    _labels(ax, "turns of the rotary pair inside the trained range", ylabel, title, legend={"fontsize": 7})
+    ax.set(xlabel="turns of the rotary pair inside the trained range", ylabel=ylabel, title=title)
+    ax.legend(fontsize=7)
 
 
 def _trained_mark(ax, trained: int) -> None:
