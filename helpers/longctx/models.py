@@ -1,9 +1,6 @@
-"""Model presets: tiny Qwen3-shaped models for the CPU, and full-size Qwen3 configurations.
-
-The full-size configurations are written out from the published Qwen3 hyperparameters so that the
-estimator can build them without the hub. `load()` takes a preset name (random weights), a local path
-or a hub id (real weights, for users with the network).
-"""
+"""Model presets (tiny Qwen3-shaped models for the CPU; full-size Qwen3 configurations written out from the published
+hyperparameters, so the estimator builds them without the hub), and the one way a model is read: `load()` takes a
+preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
 from __future__ import annotations
 
@@ -68,10 +65,10 @@ PRESETS: dict[str, Preset] = {
 }
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")  # "org/name" (huggingface_hub: 1 to 96 characters each)
-# Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide
-# number assumes (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
+# Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide number assumes
+# (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
-_KINDS = "a preset ({}), a config.json or a model folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'"
+_KINDS = f"a preset ({', '.join(PRESETS)}), a config.json or a model folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'"
 
 
 def torch_dtype(name):
@@ -96,16 +93,13 @@ def is_preset(spec: str) -> bool:
 
 def preset(name: str) -> Preset:
     if name not in PRESETS:
-        raise LongctxError(
-            f"Unknown model preset {name!r}. Valid presets: {', '.join(PRESETS)}; "
-            "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'."
-        )
+        raise LongctxError(f"Unknown model preset {name!r}: use {_KINDS}.")
     return PRESETS[name]
 
 
 def _check_not_empty(spec) -> None:
     if not isinstance(spec, str) or not spec.strip():
-        raise LongctxError(f"The model is {spec!r}: name {_KINDS.format(', '.join(PRESETS))}.")
+        raise LongctxError(f"The model is {spec!r}: name {_KINDS}.")
 
 
 def is_local_config(path: Path) -> bool:
@@ -121,14 +115,11 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
         return
     if not is_local_config(path):
-        raise LongctxError(
-            f"Unknown model {spec!r}: use {_KINDS.format(', '.join(PRESETS))}" + (", or 'base'." if allow_base else ".")
-        )
+        raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}" + (", or 'base'." if allow_base else "."))
     refuse_custom_code(path)
 
 
-# what from_pretrained reads here: safetensors only (`use_safetensors=True`), since a pickled
-# pytorch_model.bin can run code when it is loaded
+# what from_pretrained reads here (`use_safetensors=True`): a pickled pytorch_model.bin can run code when it is loaded
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
 
 
@@ -186,10 +177,7 @@ def config(spec: str, **overrides):
     path = user_path(spec, "The model")
     if not path.exists():
         if path.suffix == ".json" or spec.startswith((".", "/", "~")):
-            raise LongctxError(
-                f"No model config at {spec}: give an existing config.json or model folder, a preset "
-                f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'."
-            )
+            raise LongctxError(f"No model config at {spec} (nothing is there): use {_KINDS}.")
         if not HUB_ID.match(spec):
             preset(spec)  # raises with the list of presets
     given = path / "config.json" if path.is_dir() else path
