@@ -86,17 +86,11 @@ def register_cpu_ring_attention() -> bool:
         if kwargs.pop("attn_mask", None) is not None:
             raise NotImplementedError("context parallelism supports causal attention without a mask only")
         if op_call is fwd:
-            query, key, value, *rest = args
-            dropout_p = rest[0] if rest else kwargs.pop("dropout_p", 0.0)
-            is_causal = rest[1] if len(rest) > 1 else kwargs.pop("is_causal", False)
-            outs = cp._templated_ring_attention(
-                mesh.get_group(), 2, fwd, query, key, value, is_causal=is_causal, dropout_p=dropout_p, **kwargs
-            )
+            ring, names, more = cp._templated_ring_attention, ("query", "key", "value", "dropout_p", "is_causal"), {}
         else:
+            ring, more = cp._templated_ring_attention_backward, {"grad_out_name": "grad_out"}
             names = ("grad_out", "query", "key", "value", "out", "logsumexp", "dropout_p", "is_causal")
-            outs = cp._templated_ring_attention_backward(
-                mesh.get_group(), 2, bwd, grad_out_name="grad_out", **dict(zip(names, args)), **kwargs
-            )
+        outs = ring(mesh.get_group(), 2, op_call, **dict(zip(names, args)), **more, **kwargs)
         return tuple(DTensor.from_local(t, mesh, placements, run_check=False) if isinstance(t, torch.Tensor) else t for t in outs)
 
     handler.__qualname__ = "register_cpu_ring_attention.handler"
