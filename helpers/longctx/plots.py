@@ -1,8 +1,6 @@
-"""One plotting style for every lesson; `save_figure` is the only writer of figures.
-
-Each plotting function takes the data a library function returned, draws on `ax=` (a new figure when
-None) and returns the axes, so a notebook can compose panels.
-"""
+"""One plotting style for every lesson; `save_figure` is the only writer of figures. Each plotting function takes
+the data a library function returned, draws on `ax=` (a new figure when None) and returns the axes, so a notebook
+can compose panels."""
 
 from __future__ import annotations
 

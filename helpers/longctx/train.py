@@ -1,11 +1,9 @@
 """Drive real TRL trainers from a small config object, with CPU defaults that work.
 
-Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its learning
-rate (2e-5) is too low for a model trained from scratch, gradient checkpointing is on by default, and pinned
-memory warns without an accelerator. In trl 1.16 SFTTrainer always computes the loss with its chunked ("fused")
-LM head; `loss="plain"` gives the guide's baseline instead: the model's own forward with `labels=`, which
-materialises the full sequence × vocabulary logits.
-"""
+Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its learning rate
+(2e-5) is too low for a model trained from scratch, gradient checkpointing is on by default, and pinned memory warns
+without an accelerator. trl 1.16's loss is its chunked ("fused") LM head; `loss="plain"` is the guide's baseline: the
+model's own forward with `labels=`, which materialises the full sequence × vocabulary logits."""
 
 from __future__ import annotations
 
@@ -20,11 +18,12 @@ from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.recipe import Call
 
 LOSSES = ("chunked", "plain")
-# TrainConfig fields passed to SFTConfig under their own name
+# TrainConfig fields passed to SFTConfig under their own name, and the SFTConfig settings every run shares
 _SAME = (
     "output_dir max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps learning_rate "
     "lr_scheduler_type warmup_steps weight_decay max_grad_norm seed max_length logging_steps eval_steps load_best_model_at_end"
 ).split()
+_FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True)
 
 
 @dataclass
@@ -82,15 +81,12 @@ class TrainConfig:
             # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
             activation_checkpointing=self.gradient_checkpointing,
             activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
-            report_to="none",
-            dataloader_pin_memory=False,
-            disable_tqdm=False,
             eval_strategy="steps" if self.eval_steps else "no",
             save_strategy="steps" if (self.save_steps or self.load_best_model_at_end) else "no",
             save_steps=self.save_steps or self.eval_steps or 500,
             metric_for_best_model="eval_loss",
             greater_is_better=False,
-            save_only_model=True,
+            **_FIXED,
         )
         if self.loss == "chunked":  # trl 1.16's default loss: its fused head, the cross-entropy a tile at a time
             kwargs["loss_type"] = "nll"  # (the plain loss is the trainer subclass's, not an SFTConfig setting)
@@ -210,9 +206,7 @@ def _step_timer():
     return StepTimer()
 
 
-def result_of(
-    trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds: list[float] | None = None
-) -> TrainResult:
+def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:
     history = trainer.state.log_history
     train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
     eval_rows = [r for r in history if "eval_loss" in r]
@@ -228,7 +222,7 @@ def result_of(
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_eval_loss=None if best is None or math.isnan(best) else float(best),
         config=asdict(cfg),
-        step_seconds=list(step_seconds or []),
+        step_seconds=list(step_seconds),
         num_tokens=[int(r["num_tokens"]) for r in train_rows if "num_tokens" in r],
     )
 
