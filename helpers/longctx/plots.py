@@ -127,7 +127,9 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
     """A step's live memory over time as stacked categories, phases shaded, the peak marked. Where the profile
     counts decoder layers' saved inputs (`bands`), each is drawn as its own thin band inside the activations, as in
     the guide's figures: they stack up through the forward pass and drain through the backward pass."""
-    t = _peak_preserving_rows(profile.timeline.sum(axis=1))
+    totals = profile.timeline.sum(axis=1)
+    edges = np.linspace(0, len(totals), min(len(totals), 3000) + 1).astype(int)  # thinned, each bin's highest row kept
+    t = np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a], dtype=int)
     timeline, bands = profile.timeline[t], profile.bands[t] if profile.bands is not None else None
     bottom = np.zeros(len(t))
     has_bands = bands is not None and profile.band_bytes and bands.any()
@@ -152,24 +154,15 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
         idx = np.flatnonzero(phases == phase)
         if len(idx):
             ax.axvspan(idx[0], idx[-1], color="k", alpha=shade, lw=0)
-    peak = int(profile.timeline.sum(axis=1).argmax())
+    peak = int(totals.argmax())
     ax.axvline(peak, color="k", ls=":", lw=1)
     at = (peak, profile.peak_bytes / unit)
     ax.annotate(f"peak {profile.peak_bytes / unit:.2f}", at, fontsize=8, xytext=(4, -10), textcoords="offset points")
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
-    ax.set_xlim(0, len(profile.timeline) - 1)
     xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"
-    ax.set(xlabel=xlabel, ylabel={GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"), title=title)
+    ax.set(xlim=(0, len(totals) - 1), xlabel=xlabel, ylabel={GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"), title=title)
     ax.legend(loc="upper left", fontsize=7)
-
-
-def _peak_preserving_rows(totals: np.ndarray, points: int = 3000) -> np.ndarray:
-    """Indices that keep each bin's highest row (so a thinned timeline keeps its peaks)."""
-    if len(totals) <= points:
-        return np.arange(len(totals))
-    edges = np.linspace(0, len(totals), points + 1).astype(int)
-    return np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a])
 
 
 @styled
