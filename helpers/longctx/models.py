@@ -161,9 +161,8 @@ def refuse_custom_code(source) -> None:
 
 def _refuse_custom_code(source, why: str):
     raise LongctxError(
-        f"The model {source} needs its own Python code ({why}); longctx never runs a model's code "
-        "(trust_remote_code=False). Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), "
-        "or a config.json without auto_map."
+        f"The model {source} needs its own Python code ({why}); longctx never runs a model's code (trust_remote_code=False). "
+        "Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), or a config.json without auto_map."
     )
 
 

@@ -48,8 +48,7 @@ class Session:
     started: float = field(default_factory=time.time)
 
     def record(self, **values) -> None:
-        """Keep scalars (or small dicts/lists of them) for results.json (nothing is shown: the lesson prints what it
-        says)."""
+        """Keep scalars (or small dicts/lists of them) for results.json; nothing is shown (the lesson prints it)."""
         self.results.update(jsonable(values))
 
     def save_figure(self, fig, name: str) -> None:

@@ -22,12 +22,9 @@ STYLE = {
     "savefig.dpi": 120,
     "axes.grid": True,
     "grid.alpha": 0.3,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
     "font.size": 10,
-    "legend.frameon": False,
     "svg.hashsalt": "longctx",
-    "path.simplify": False,
+    **dict.fromkeys(("axes.spines.top", "axes.spines.right", "legend.frameon", "path.simplify"), False),
 }
 # the memory categories' colours, and those of the series the lessons plot (train/eval, plain/chunked, …)
 COLORS = {
