@@ -140,18 +140,15 @@ def before_deepspeed_step(callback):
 
 
 def gpu_dispatch(stand_ins, *, attention: bool = True):
-    """Take the GPU's side of every device-dependent branch of a step traced on fake CPU tensors (a CPU-only torch
+    """Take the GPU's side of each device-dependent branch of a step traced on fake CPU tensors (a CPU-only torch
     aborts autograd on fake CUDA tensors).
-
-    trl 1.16.0, `trl.kernels.chunked_logprob` (the fused head) branches on the device: Triton kernels that fold each
-    tile in place and an fp32 `_addmm_fp32` on CUDA, whole-tile fp32 temporaries on a CPU. Here it takes the CUDA
-    branch, the kernels replaced by `stand_ins.TritonLaunch` (allocates nothing, as they do), and its tile loops run
-    their first two iterations and their last (`tile_range`: each later one allocates what the second does, so the
-    peak is the full loop's). `trl.trainer.utils._use_triton` stays the CPU's (fake tensors cannot size its mask
-    index; with every position labelled the rows are the same).
-    torch 2.13.0: with `attention`, `F.scaled_dot_product_attention` runs the kernel a CUDA GPU picks
-    (`stand_ins.sdpa_as_cuda`); CP keeps torch's CPU ring (attention=False).
-    Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device."""
+    trl 1.16.0, `trl.kernels.chunked_logprob` (the fused head): Triton kernels folding each tile in place and an fp32
+    `_addmm_fp32` on CUDA, whole-tile fp32 temporaries on a CPU. Here the CUDA branch runs, with `stand_ins.TritonLaunch`
+    (allocates nothing, as the kernels do) and the tile loops cut to their first two iterations and their last
+    (`tile_range`: each later one allocates what the second does). `trl.trainer.utils._use_triton` stays the CPU's
+    (fake tensors cannot size its mask index; with every position labelled the rows are the same).
+    torch 2.13.0: with `attention`, SDPA runs the kernel a CUDA GPU picks (`stand_ins.sdpa_as_cuda`); CP keeps the CPU
+    ring. Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device."""
     import trl.trainer.utils  # noqa: F401  imported first, so its own `_use_triton` binds the original
     from trl.kernels import chunked_logprob as kernel
 
