@@ -29,6 +29,7 @@ def test_bf16_on_cpu_is_refused_with_the_fix():
         (dict(load_best_model_at_end=True), "needs eval_steps"),
         (dict(gradient_accumulation_steps=0), "positive integer"),
     ],
+    ids=["unknown-loss", "best-model-without-evaluation", "no-accumulation-steps"],
 )
 def test_bad_config(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):

@@ -12,14 +12,8 @@ def versions() -> dict:
     import transformers
     import trl
 
-    return {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "trl": trl.__version__,
-        "accelerate": accelerate.__version__,
-        "longctx": __version__,
-        "device": device(),
-    }
+    libraries = {m.__name__: m.__version__ for m in (torch, transformers, trl, accelerate)}
+    return {**libraries, "longctx": __version__, "device": device()}
 
 
 def device() -> str:

@@ -2,10 +2,9 @@
 
 
 class LongctxError(ValueError):
-    """A failure the user can act on, its message naming the fix: bad input, refused before any expensive work
-    starts wherever the cause can be known then; or a run's outcome found wrong afterwards (a notebook that
-    wrote no results, a site with a broken link). Parameters are named by their CLI flag and their Python
-    name where the two differ ("gpus (--gpus)"), since notebooks and the CLI share the checks."""
+    """A failure the user can act on, its message naming the fix: bad input, refused before any expensive work where
+    the cause can be known then, or a run's outcome found wrong afterwards. Parameters are named by their CLI flag and
+    their Python name where the two differ ("gpus (--gpus)"), since notebooks and the CLI share the checks."""
 
 
 SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2**32 - 1
@@ -13,9 +12,8 @@ SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2
 
 def check_positive_int(name: str, value) -> int:
     """A whole number above zero (numpy's too, not a bool), returned as an int."""
-    if isinstance(value, bool) or not isinstance(value, int) and not type(value).__name__.startswith(("int", "uint")):
-        raise LongctxError(f"{name} must be a positive integer, got {value!r}.")
-    if value <= 0:
+    whole = not isinstance(value, bool) and (isinstance(value, int) or type(value).__name__.startswith(("int", "uint")))
+    if not whole or value <= 0:
         raise LongctxError(f"{name} must be a positive integer, got {value!r}.")
     return int(value)
 

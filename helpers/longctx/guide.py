@@ -100,24 +100,18 @@ def requirements(lever: str) -> list[str]:
     for package, minimum in REQUIREMENTS[lever]:
         try:
             installed = version(package)
+            verdict = f"installed {installed}, " + ("meets it" if Version(installed) >= Version(minimum) else "TOO OLD")
         except PackageNotFoundError:
-            lines.append(f"{lever}: {package} >= {minimum} (guide); not installed here")
-            continue
-        verdict = "meets it" if Version(installed) >= Version(minimum) else "TOO OLD"
-        lines.append(f"{lever}: {package} >= {minimum} (guide); installed {installed}, {verdict}")
+            verdict = "not installed here"
+        lines.append(f"{lever}: {package} >= {minimum} (guide); {verdict}")
     return lines
 
 
 def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
     """One line for a lesson's recap: the guide's figure and this run's number (None: not computed here),
     ours shown to the guide's own precision."""
-    decimals = len(repr(figure.value).partition(".")[2]) if isinstance(figure.value, float) else 0
-
-    def shown(value, places):
-        return f"{value:,.{places}f}"
-
+    places = len(repr(figure.value).partition(".")[2]) if isinstance(figure.value, float) else 0
+    guide = f"{figure.what}: guide {figure.value:,.{places}f}"
     if ours is None:
-        return f"{figure.what}: guide {shown(figure.value, decimals)}; not computed at this size"
-    return f"{figure.what}: guide {shown(figure.value, decimals)}, ours {shown(ours, decimals)}" + (
-        f" ({ours / figure.value:.2f}×)" if ratio else ""
-    )
+        return f"{guide}; not computed at this size"
+    return f"{guide}, ours {ours:,.{places}f}" + (f" ({ours / figure.value:.2f}×)" if ratio else "")

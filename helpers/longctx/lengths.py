@@ -11,12 +11,11 @@ def parse_length(text: str) -> int:
     """'98304', '96k' (×1024) or '1M' (×1,048,576) → tokens."""
     text = text.strip()
     scale = {"k": 1024, "m": 1024**2}.get(text[-1:].lower(), 1)
-    digits = text[:-1] if scale > 1 else text
     try:
-        value = int(digits) * scale
-    except ValueError:
-        shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
-        raise LongctxError(f"Sequence length {shown!r} is not a positive integer (e.g. 98304, 96k or 1M).") from None
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:  # not a whole number (or more digits than Python reads)
+        value = 0
     if value <= 0:
-        raise LongctxError(f"Sequence length must be positive, got {text!r}.")
+        shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
+        raise LongctxError(f"Sequence length {shown!r} is not a positive integer (e.g. 98304, 96k or 1M).")
     return value

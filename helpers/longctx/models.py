@@ -1,15 +1,12 @@
-"""Model presets: tiny Qwen3-shaped models for the CPU, and full-size Qwen3 configurations.
-
-The full-size configurations are written out from the published Qwen3 hyperparameters so that the
-estimator can build them without the hub. `load()` takes a preset name (random weights), a local path
-or a hub id (real weights, for users with the network).
-"""
+"""Model presets (tiny Qwen3-shaped models for the CPU; full-size Qwen3 configurations written out from the published
+hyperparameters, so the estimator builds them without the hub), and the one way a model is read: `load()` takes a
+preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from longctx import device
@@ -21,110 +18,57 @@ from longctx.paths import user_path
 class Preset:
     name: str
     description: str
+    config: dict
     hub_id: str | None = None  # where the real weights live, for users with the network
-    config: dict = field(default_factory=dict)
-
-
-_QWEN3_COMMON = dict(
-    vocab_size=151936,
-    hidden_act="silu",
-    rms_norm_eps=1e-6,
-    max_position_embeddings=40960,
-    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-    attention_bias=False,
-    attention_dropout=0.0,
-    use_sliding_window=False,
-    bos_token_id=151643,
-    eos_token_id=151645,
-)
-_TINY_COMMON = dict(
-    hidden_act="silu",
-    rms_norm_eps=1e-6,
-    rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
-    attention_bias=False,
-    attention_dropout=0.0,
-    use_sliding_window=False,
-    tie_word_embeddings=True,
-    # the corpus tokenizer's only special token, <|endoftext|>, is id 0
-    bos_token_id=None,
-    eos_token_id=0,
-    pad_token_id=0,
-)
 
 
 def _shape(layers: int, hidden: int, mlp: int, heads: int, kv_heads: int, head_dim: int, **more) -> dict:
-    return dict(
-        num_hidden_layers=layers,
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        **more,
-    )
+    names = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+    return dict(zip(names, (layers, hidden, mlp, heads, kv_heads, head_dim)), **more)
 
 
-# Llama-3.2-1B's shapes, from its public config.json: a family no preset covers, on which the estimator is held
-# out against a count from the model's code (tests/test_estimate.py) and benchmarks/guide_cases.py shows where
-# the GPU's and the CPU's kernels part. Build it with transformers.LlamaConfig(**LLAMA_3_2_1B).
+_COMMON = dict(hidden_act="silu", rms_norm_eps=1e-6, attention_bias=False, attention_dropout=0.0, use_sliding_window=False)
+_QWEN3 = dict(_COMMON, vocab_size=151936, max_position_embeddings=40960, bos_token_id=151643, eos_token_id=151645)
+_QWEN3["rope_parameters"] = {"rope_type": "default", "rope_theta": 1_000_000.0}
+# the corpus tokenizer's only special token, <|endoftext|>, is id 0
+_CPU = dict(_COMMON, tie_word_embeddings=True, bos_token_id=None, eos_token_id=0, pad_token_id=0)
+_CPU["rope_parameters"] = {"rope_type": "default", "rope_theta": 10_000.0}
+_TINY = dict(_CPU, **_shape(2, 64, 192, 4, 2, 16))  # the body of "tiny" and "tiny-qwen-vocab"
+_SMALL = dict(_CPU, **_shape(4, 128, 384, 4, 2, 32))
+_DEEP = dict(_SMALL, num_hidden_layers=24)
+# Llama-3.2-1B's shapes, from its public config.json: a family no preset covers, on which the estimator is held out
+# (tests/test_estimate.py, benchmarks/guide_cases.py). Build it with transformers.LlamaConfig(**LLAMA_3_2_1B).
 LLAMA_3_2_1B = _shape(16, 2048, 8192, 32, 8, 64, vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=131072)
-_TINY = dict(_TINY_COMMON, **_shape(2, 64, 192, 4, 2, 16))  # the body of "tiny" and "tiny-qwen-vocab"
-_SMALL = dict(_TINY_COMMON, vocab_size=4096, **_shape(4, 128, 384, 4, 2, 32))  # "small", and "deep" at 24 layers
 
+_CPU_PRESETS = {  # name: (description, body, vocabulary, max_position_embeddings)
+    "tiny": ("2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU", _TINY, 4096, 2048),
+    "small": ("4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse", _SMALL, 4096, 4096),
+    "deep": ("24 layers, hidden 128, corpus vocabulary: enough layers for per-layer bands to show", _DEEP, 4096, 8192),
+    "tiny-qwen-vocab": ("the tiny body with Qwen3's 151,936-token vocabulary: the logits dominate", _TINY, 151936, 40960),
+}
+_QWEN3_SIZES = {  # the published shapes, by the size in the model's name
+    "0.6B": _shape(28, 1024, 3072, 16, 8, 128),
+    "4B": _shape(36, 2560, 9728, 32, 8, 128),
+    "8B": _shape(36, 4096, 12288, 32, 8, 128, tie_word_embeddings=False),
+}
 PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in [
-        Preset(
-            "tiny",
-            "2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU",
-            None,
-            dict(_TINY, vocab_size=4096, max_position_embeddings=2048),
-        ),
-        Preset(
-            "small",
-            "4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse",
-            None,
-            dict(_SMALL, max_position_embeddings=4096),
-        ),
-        Preset(
-            "deep",
-            "24 layers, hidden 128, corpus vocabulary: enough layers for per-layer bands to show",
-            None,
-            dict(_SMALL, num_hidden_layers=24, max_position_embeddings=8192),
-        ),
-        Preset(
-            "tiny-qwen-vocab",
-            "the tiny body with Qwen3's 151,936-token vocabulary: the logits dominate",
-            None,
-            dict(_TINY, vocab_size=151936, max_position_embeddings=40960),
-        ),
-        Preset(
-            "qwen3-0.6b",
-            "Qwen3-0.6B: 28 layers, hidden 1024",
-            "Qwen/Qwen3-0.6B",
-            dict(_QWEN3_COMMON, **_shape(28, 1024, 3072, 16, 8, 128), tie_word_embeddings=True),
-        ),
-        Preset(
-            "qwen3-4b",
-            "Qwen3-4B: 36 layers, hidden 2560",
-            "Qwen/Qwen3-4B",
-            dict(_QWEN3_COMMON, **_shape(36, 2560, 9728, 32, 8, 128), tie_word_embeddings=True),
-        ),
-        Preset(
-            "qwen3-8b",
-            "Qwen3-8B: 36 layers, hidden 4096",
-            "Qwen/Qwen3-8B",
-            dict(_QWEN3_COMMON, **_shape(36, 4096, 12288, 32, 8, 128), tie_word_embeddings=False),
-        ),
-    ]
+    name: Preset(name, what, dict(body, vocab_size=vocab, max_position_embeddings=positions))
+    for name, (what, body, vocab, positions) in _CPU_PRESETS.items()
+} | {
+    f"qwen3-{size.lower()}": Preset(
+        f"qwen3-{size.lower()}",
+        f"Qwen3-{size}: {shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}",
+        {**_QWEN3, "tie_word_embeddings": True, **shape},
+        f"Qwen/Qwen3-{size}",
+    )
+    for size, shape in _QWEN3_SIZES.items()
 }
 
-HUB_ID = re.compile(  # "org/name": what the hub calls a repository (huggingface_hub: 1 to 96 characters each)
-    r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$"
-)
-# Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide
-# number assumes (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")  # "org/name" (huggingface_hub: 1 to 96 characters each)
+# Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide number assumes
+# (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
+_KINDS = f"a preset ({', '.join(PRESETS)}), a config.json or a model folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'"
 
 
 def torch_dtype(name):
@@ -148,21 +92,14 @@ def is_preset(spec: str) -> bool:
 
 
 def preset(name: str) -> Preset:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise LongctxError(
-            f"Unknown model preset {name!r}. Valid presets: {', '.join(PRESETS)}; "
-            "or pass a local path or a hub id such as 'Qwen/Qwen3-4B'."
-        ) from None
+    if name not in PRESETS:
+        raise LongctxError(f"Unknown model preset {name!r}: use {_KINDS}.")
+    return PRESETS[name]
 
 
 def _check_not_empty(spec) -> None:
     if not isinstance(spec, str) or not spec.strip():
-        raise LongctxError(
-            f"The model is {spec!r}: name a preset ({', '.join(PRESETS)}), a config.json or a model "
-            "folder holding one, or a hub id such as 'Qwen/Qwen3-0.6B'."
-        )
+        raise LongctxError(f"The model is {spec!r}: name {_KINDS}.")
 
 
 def is_local_config(path: Path) -> bool:
@@ -171,23 +108,18 @@ def is_local_config(path: Path) -> bool:
 
 
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
-    """Refuse, without loading anything, a model name that is none of: a preset, an existing config.json or
-    model folder, a hub id ('org/name'), or (notebook 02) "base"."""
+    """Refuse, without loading anything, a model that is none of: a preset, an existing config.json or model folder,
+    a hub id ('org/name'), or (notebook 02) "base"."""
     _check_not_empty(spec)
     path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
         return
-    if is_local_config(path):
-        refuse_custom_code(path)
-        return
-    raise LongctxError(
-        f"Unknown model {spec!r}: use a preset ({', '.join(PRESETS)}), a config.json or a model folder "
-        "holding one, or a hub id such as 'Qwen/Qwen3-0.6B'" + (", or 'base'" if allow_base else "") + "."
-    )
+    if not is_local_config(path):
+        raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}" + (", or 'base'." if allow_base else "."))
+    refuse_custom_code(path)
 
 
-# what from_pretrained reads here: safetensors only (`use_safetensors=True`), since a pickled
-# pytorch_model.bin can run code when it is loaded
+# what from_pretrained reads here (`use_safetensors=True`): a pickled pytorch_model.bin can run code when it is loaded
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
 
 
@@ -204,9 +136,8 @@ def has_weights(spec: str) -> bool:
 
 def from_pretrained(cls, source, **kwargs):
     """`cls.from_pretrained(source)` (a transformers Auto class) that never runs a model's own Python code:
-    `trust_remote_code=False` (transformers then asks nothing on standard input), and a local folder whose
-    config.json or tokenizer_config.json maps classes to its own files (`auto_map`) is refused before
-    transformers reads it."""
+    `trust_remote_code=False` (transformers then asks nothing on standard input), and a local folder that maps
+    classes to its own files (`auto_map`) is refused before transformers reads it."""
     refuse_custom_code(source)
     try:
         return cls.from_pretrained(source, trust_remote_code=False, **kwargs)
@@ -230,9 +161,8 @@ def refuse_custom_code(source) -> None:
 
 def _refuse_custom_code(source, why: str):
     raise LongctxError(
-        f"The model {source} needs its own Python code ({why}); longctx never runs a model's code "
-        "(trust_remote_code=False). Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), "
-        "or a config.json without auto_map."
+        f"The model {source} needs its own Python code ({why}); longctx never runs a model's code (trust_remote_code=False). "
+        "Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), or a config.json without auto_map."
     )
 
 
@@ -242,60 +172,54 @@ def config(spec: str, **overrides):
 
     _check_not_empty(spec)
     if spec in PRESETS:
-        return Qwen3Config(**{**preset(spec).config, **overrides})
+        return Qwen3Config(**{**PRESETS[spec].config, **overrides})
     path = user_path(spec, "The model")
-    if not path.exists() and (path.suffix == ".json" or spec.startswith((".", "/", "~"))):
-        raise LongctxError(
-            f"No model config at {spec}: give an existing config.json or model folder, a preset "
-            f"({', '.join(PRESETS)}) or a hub id such as 'Qwen/Qwen3-4B'."
-        )
+    if not path.exists():
+        if path.suffix == ".json" or spec.startswith((".", "/", "~")):
+            raise LongctxError(f"No model config at {spec} (nothing is there): use {_KINDS}.")
+        if not HUB_ID.match(spec):
+            preset(spec)  # raises with the list of presets
     given = path / "config.json" if path.is_dir() else path
-    if given.exists() and not given.is_file():  # a device (/dev/zero), a pipe, a folder named *.json
-        raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
-    if path.is_dir() and not (path / "config.json").is_file():
+    if path.is_dir() and not given.exists():
         raise LongctxError(
             f"The model folder {spec} has no config.json: give the folder a model was saved into (save_pretrained "
             "writes config.json beside the weights), the config.json itself, a preset or a hub id."
         )
-    if path.is_file() and path.suffix == ".json":
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
-            loaded = {}  # transformers' own reading names what is wrong with it
-        if not isinstance(loaded, dict):
-            raise LongctxError(
-                f"{spec} holds a JSON {type(loaded).__name__}, not an object: a model's config.json is one object of "
-                'settings ({"model_type": ..., "hidden_size": ...}).'
-            )
-    if path.exists() or HUB_ID.match(spec):
-        source = str(path.parent) if path.name == "config.json" else str(path) if path.exists() else spec
-        try:
-            return from_pretrained(AutoConfig, source, **overrides)
-        except LongctxError:
-            raise
-        except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
-            raise LongctxError(
-                f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            ) from None
-    preset(spec)  # raises with the list of presets
+    if given.exists() and not given.is_file():  # a device (/dev/zero), a pipe, a folder named *.json
+        raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
+    try:
+        loaded = json.loads(given.read_text()) if given.is_file() and given.suffix == ".json" else {}
+    except (OSError, UnicodeDecodeError, ValueError):
+        loaded = {}  # transformers' own reading names what is wrong with it
+    if not isinstance(loaded, dict):
+        raise LongctxError(
+            f"{spec} holds a JSON {type(loaded).__name__}, not an object: a model's config.json is one object of "
+            'settings ({"model_type": ..., "hidden_size": ...}).'
+        )
+    source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
+    try:
+        return from_pretrained(AutoConfig, source, **overrides)
+    except LongctxError:
+        raise
+    except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
+        raise LongctxError(
+            f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
 
 
 def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
-    """A causal LM in `dtype` ("fp32", "bf16", "fp16" or a torch.dtype): a preset gets random weights
-    (seeded); a path or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves
-    it to the accelerator)."""
+    """A causal LM in `dtype` ("fp32", "bf16", "fp16" or a torch.dtype): a preset gets random weights (seeded); a
+    path or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves it to the accelerator)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     dtype = torch_dtype(dtype)
     if spec in PRESETS:
         torch.manual_seed(seed)
-        cfg = config(spec, **overrides)
-        return AutoModelForCausalLM.from_config(cfg, dtype=dtype)
-    path = Path(spec)
-    if path.exists() or HUB_ID.match(spec):
-        return from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, **overrides)
-    preset(spec)  # raises with the list of presets
+        return AutoModelForCausalLM.from_config(config(spec, **overrides), dtype=dtype)
+    if not (Path(spec).exists() or HUB_ID.match(spec)):
+        preset(spec)  # raises with the list of presets
+    return from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, **overrides)
 
 
 def to_device(model):

@@ -1,9 +1,8 @@
 """What every lesson notebook does at its start and end: versions, an output folder, results.json.
 
-A notebook calls `session = longctx.notebook.start("00_memory_primer", params)` in its first code cell
-after the parameters, records the scalars it claims with `session.record(...)`, and ends with
-`session.save()`. Executed by `longctx run`, the output folder is the one the harness chose
-(LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/.
+A lesson calls `session = longctx.notebook.start("00_memory_primer", params)` after its parameters, records what it
+claims with `session.record(...)` and ends with `session.save()`. Run by `longctx run`, the output folder is the
+harness's (LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from longctx import quiet, versions
@@ -28,13 +28,9 @@ def jsonable(value):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.generic, np.ndarray)):
         return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, Path) else value
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
@@ -52,24 +48,16 @@ class Session:
     started: float = field(default_factory=time.time)
 
     def record(self, **values) -> None:
-        """Keep scalars (or small dicts/lists of them) for results.json (nothing is shown: the lesson prints what
-        it says)."""
+        """Keep scalars (or small dicts/lists of them) for results.json; nothing is shown (the lesson prints it)."""
         self.results.update(jsonable(values))
 
-    @property
-    def figures(self) -> Path:
-        """Where this run's figures go (what `longctx figures` and the site collect)."""
-        return self.out / "figures"
-
     def save_figure(self, fig, name: str) -> None:
-        """`name`.png and .svg of `fig` in this run's figures folder (no machine path is shown in the lesson)."""
+        """`name`.png and .svg of `fig` in this run's figures/ folder, which `longctx figures` and the site collect."""
         from longctx import plots
 
-        plots.save_figure(fig, name, self.figures)
+        plots.save_figure(fig, name, self.out / "figures")
 
     def save(self) -> None:
-        from datetime import datetime, timezone
-
         payload = {
             "notebook": self.notebook,
             "params": self.params,
@@ -96,8 +84,5 @@ def start(notebook: str, params: dict) -> Session:
 
 def parameters(namespace: dict) -> dict:
     """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides)."""
-    return {
-        k: v
-        for k, v in namespace.items()
-        if k.isupper() and not k.startswith("_") and isinstance(v, (int, float, str, bool, list, tuple, type(None)))
-    }
+    kinds = (int, float, str, bool, list, tuple, type(None))
+    return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_") and isinstance(v, kinds)}

@@ -1,13 +1,12 @@
-"""One plotting style for every lesson; `save_figure` is the only writer of figures.
-
-Each plotting function takes the data a library function returned, draws on `ax=` (a new figure when
-None) and returns the axes, so a notebook can compose panels.
-"""
+"""One plotting style for every lesson; `save_figure` is the only writer of figures. Each plotting function takes
+the data a library function returned, draws on `ax=` (a new figure when None) and returns the axes, so a notebook
+can compose panels."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -23,28 +22,17 @@ STYLE = {
     "savefig.dpi": 120,
     "axes.grid": True,
     "grid.alpha": 0.3,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
     "font.size": 10,
-    "legend.frameon": False,
     "svg.hashsalt": "longctx",
-    "path.simplify": False,
+    **dict.fromkeys(("axes.spines.top", "axes.spines.right", "legend.frameon", "path.simplify"), False),
 }
+# the memory categories' colours, and those of the series the lessons plot (train/eval, plain/chunked, …)
 COLORS = {
-    "parameters": "#4C72B0",
-    "buffers": "#8172B3",
-    "gradients": "#DD8452",
-    "optimizer": "#55A868",
-    "activations": "#C44E52",
-    "temporaries": "#DA8BC3",
-    "other": "#937860",
-    "train": "#4C72B0",
-    "eval": "#DD8452",
-    "plain": "#C44E52",
-    "chunked": "#4C72B0",
-    "checkpointing": "#4C72B0",
-    "offload": "#55A868",
-    "yarn": "#55A868",
+    **dict.fromkeys(("parameters", "train", "chunked", "checkpointing"), "#4C72B0"),
+    **dict.fromkeys(("gradients", "eval"), "#DD8452"),
+    **dict.fromkeys(("optimizer", "offload", "yarn"), "#55A868"),
+    **dict.fromkeys(("activations", "plain"), "#C44E52"),
+    **{"buffers": "#8172B3", "temporaries": "#DA8BC3", "other": "#937860"},
 }
 
 
@@ -61,18 +49,6 @@ def style():
         plt.rcParams.update(before)
 
 
-def styled(draw):
-    """A plotting function drawn (and a figure saved) under STYLE: importing this module changes no global
-    matplotlib setting, and a reader's own rcParams apply outside these calls."""
-
-    @functools.wraps(draw)
-    def wrapper(*args, **kwargs):
-        with style():
-            return draw(*args, **kwargs)
-
-    return wrapper
-
-
 def axes(ax=None):
     """`ax`, or the axes of a new figure in the lessons' style."""
     if ax is None:
@@ -87,7 +63,22 @@ def panels(ncols: int, figsize: tuple[float, float]):
         return plt.subplots(1, ncols, figsize=figsize)
 
 
-@styled
+def styled(draw):
+    """A plotting function drawn under STYLE on its `ax` (a new figure's when None), returning the axes: importing
+    this module changes no global matplotlib setting, and a reader's own rcParams apply outside these calls."""
+    signature = inspect.signature(draw)
+
+    @functools.wraps(draw)
+    def wrapper(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        with style():
+            ax = bound.arguments["ax"] = axes(bound.arguments.get("ax"))
+            draw(*bound.args, **bound.kwargs)
+        return ax
+
+    return wrapper
+
+
 def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
     """Write `name`.png and `name`.svg into `folder` (no timestamps, so identical inputs give identical files;
     a lesson writes through its session: `session.save_figure`)."""
@@ -95,139 +86,86 @@ def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     name = slug(name)  # a figure named after a hub id or a path stays one file in this folder
     paths = [folder / f"{name}.png", folder / f"{name}.svg"]
-    for path, metadata in zip(paths, ({"Software": None}, {"Date": None, "Creator": None})):
-        with atomic(path) as tmp:  # a full disk leaves no truncated figure
-            fig.savefig(tmp, format=path.suffix[1:], metadata=metadata, bbox_inches="tight")
+    with style():
+        for path, metadata in zip(paths, ({"Software": None}, {"Date": None, "Creator": None})):
+            with atomic(path) as tmp:  # a full disk leaves no truncated figure
+                fig.savefig(tmp, format=path.suffix[1:], metadata=metadata, bbox_inches="tight")
     return paths
 
 
 @styled
 def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
     """Stacked bars of weights / gradients / optimizer per method (values already in `unit`)."""
-    ax = axes(ax)
     names = list(budgets)
     bottom = np.zeros(len(names))
-    for part, color in (
-        ("weights", COLORS["parameters"]),
-        ("gradients", COLORS["gradients"]),
-        ("optimizer", COLORS["optimizer"]),
-    ):
+    for part, color in (("weights", "parameters"), ("gradients", "gradients"), ("optimizer", "optimizer")):
         vals = np.array([budgets[n][part] for n in names])
-        ax.bar(names, vals, bottom=bottom, color=color, label=part)
+        ax.bar(names, vals, bottom=bottom, color=COLORS[color], label=part)
         bottom += vals
     for i, total in enumerate(bottom):
         ax.annotate(f"{total:.1f} {unit}", (i, total), ha="center", va="bottom")
-    ax.set_ylabel(f"{unit} before activations")
+    ax.set(ylabel=f"{unit} before activations")
     ax.legend()
-    return ax
 
 
 @styled
 def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("parameters", "gradients", "optimizer")):
     """Grouped bars comparing byte counts per category (e.g. calculated vs measured), in MiB."""
-    ax = axes(ax)
-    names = list(rows)
-    width = 0.8 / len(names)
-    x = np.arange(len(categories))
-    for i, name in enumerate(names):
-        ax.bar(x + i * width, [rows[name].get(c, 0) / MIB for c in categories], width, label=name)
-    ax.set_xticks(x + width * (len(names) - 1) / 2, categories)
-    ax.set_ylabel("MiB")
+    width, x = 0.8 / len(rows), np.arange(len(categories))
+    for i, (name, row) in enumerate(rows.items()):
+        ax.bar(x + i * width, [row.get(c, 0) / MIB for c in categories], width, label=name)
+    ax.set_xticks(x + width * (len(rows) - 1) / 2, categories)
+    ax.set(ylabel="MiB")
     ax.legend()
-    return ax
 
 
 @styled
 def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None, capacity: float | None = None):
-    """A step's live memory over time as stacked categories, phases shaded, the peak marked.
-
-    Where the profile counts decoder layers' saved inputs (`bands`), each one is drawn as its own thin
-    band inside the activations, as in the guide's figures: they stack up through the forward pass and
-    drain through the backward pass."""
-    ax = axes(ax)
-    rows = _peak_preserving_rows(profile.timeline.sum(axis=1))
-    timeline, bands = profile.timeline[rows], profile.bands[rows] if profile.bands is not None else None
-    t = rows
-    cols = {c: timeline[:, i].astype(float) / unit for i, c in enumerate(CATEGORIES)}
+    """A step's live memory over time as stacked categories, phases shaded, the peak marked. Where the profile
+    counts decoder layers' saved inputs (`bands`), each is drawn as its own thin band inside the activations, as in
+    the guide's figures: they stack up through the forward pass and drain through the backward pass."""
+    totals = profile.timeline.sum(axis=1)
+    edges = np.linspace(0, len(totals), min(len(totals), 3000) + 1).astype(int)  # thinned, each bin's highest row kept
+    t = np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a], dtype=int)
+    timeline, bands = profile.timeline[t], profile.bands[t] if profile.bands is not None else None
     bottom = np.zeros(len(t))
     has_bands = bands is not None and profile.band_bytes and bands.any()
-    for cat in CATEGORIES:
-        values = cols[cat]
+    for i, cat in enumerate(CATEGORIES):
+        values, label, color = timeline[:, i].astype(float) / unit, cat, COLORS[cat]
         if not values.any():
             continue
         if cat == "activations" and has_bands:
             band = profile.band_bytes / unit
             for k in range(int(bands.max())):
                 height = np.where(bands > k, band, 0.0)
+                first = f"saved layer inputs (max {int(bands.max())})" if k == 0 else None
                 ax.fill_between(
-                    t,
-                    bottom,
-                    bottom + height,
-                    color=COLORS[cat],
-                    alpha=0.55 if k % 2 else 0.85,
-                    lw=0,
-                    label=f"saved layer inputs (max {int(bands.max())})" if k == 0 else None,
-                    step="post",
+                    t, bottom, bottom + height, color=color, alpha=0.55 if k % 2 else 0.85, lw=0, label=first, step="post"
                 )
                 bottom = bottom + height
-            values = np.clip(values - bands * band, 0, None)
-            label = "other activations"
-        else:
-            label = cat
-        ax.fill_between(
-            t,
-            bottom,
-            bottom + values,
-            color=COLORS[cat] if cat != "activations" or not has_bands else "#E8A0A0",
-            lw=0,
-            label=label,
-            step="post",
-        )
+            values, label, color = np.clip(values - bands * band, 0, None), "other activations", "#E8A0A0"
+        ax.fill_between(t, bottom, bottom + values, color=color, lw=0, label=label, step="post")
         bottom = bottom + values
     phases = np.array(profile.phases)
     for phase, shade in (("backward", 0.06), ("optimizer", 0.14)):
         idx = np.flatnonzero(phases == phase)
         if len(idx):
             ax.axvspan(idx[0], idx[-1], color="k", alpha=shade, lw=0)
-    peak = int(profile.timeline.sum(axis=1).argmax())
+    peak = int(totals.argmax())
     ax.axvline(peak, color="k", ls=":", lw=1)
-    ax.annotate(
-        f"peak {profile.peak_bytes / unit:.2f}",
-        (peak, profile.peak_bytes / unit),
-        fontsize=8,
-        xytext=(4, -10),
-        textcoords="offset points",
-    )
+    at = (peak, profile.peak_bytes / unit)
+    ax.annotate(f"peak {profile.peak_bytes / unit:.2f}", at, fontsize=8, xytext=(4, -10), textcoords="offset points")
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
-    ax.set_xlabel("operator index in one training step (forward | backward, shaded | optimizer, darker)")
-    ax.set_ylabel({GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"))
-    ax.set_xlim(0, len(profile.timeline) - 1)
+    xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"
+    ax.set(xlim=(0, len(totals) - 1), xlabel=xlabel, ylabel={GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"), title=title)
     ax.legend(loc="upper left", fontsize=7)
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-def _peak_preserving_rows(totals: np.ndarray, points: int = 3000) -> np.ndarray:
-    """Indices that keep each bin's highest row (so a thinned timeline keeps its peaks)."""
-    if len(totals) <= points:
-        return np.arange(len(totals))
-    edges = np.linspace(0, len(totals), points + 1).astype(int)
-    return np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a])
 
 
 @styled
-def peak_vs_length(
-    series: dict[str, tuple[list[int], list[float]]],
-    ax=None,
-    capacity: float | None = None,
-    unit_label: str = "GiB",
-    guide: dict[str, float] | None = None,
-):
+def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, capacity=None, unit_label="GiB", guide=None):
     """Peak memory against sequence length, one line per run; an optional device-capacity line and
-    the guide's reach marks."""
-    ax = axes(ax)
+    the guide's reach marks (`guide`: {label: tokens})."""
     for name, (lengths, peaks) in series.items():
         ax.plot(lengths, peaks, "o-", ms=3, label=name, color=COLORS.get(name.split()[0]))
     if capacity:
@@ -235,70 +173,48 @@ def peak_vs_length(
     for name, length in (guide or {}).items():
         ax.axvline(length, color="grey", lw=0.8, ls=":")
         ax.annotate(name, (length, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=7)
-    ax.set_xlabel("sequence length (tokens)")
-    ax.set_ylabel(f"peak memory ({unit_label})")
+    ax.set(xlabel="sequence length (tokens)", ylabel=f"peak memory ({unit_label})")
     ax.legend()
-    return ax
 
 
 @styled
 def loss_curves(result, ax=None, mark_best: bool = True):
     """Training and validation loss against step; the validation minimum marked."""
-    ax = axes(ax)
     ax.plot(result.steps, result.losses, color=COLORS["train"], label="train loss", lw=1)
     if result.eval_steps:
         ax.plot(result.eval_steps, result.eval_losses, "o-", color=COLORS["eval"], label="validation loss", ms=3)
         if mark_best:
             i = int(np.argmin(result.eval_losses))
-            ax.plot(
-                result.eval_steps[i],
-                result.eval_losses[i],
-                "*",
-                ms=14,
-                color="k",
-                label=f"best: step {result.eval_steps[i]}, {result.eval_losses[i]:.3f}",
-            )
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (nats/token)")
+            step, loss = result.eval_steps[i], result.eval_losses[i]
+            ax.plot(step, loss, "*", ms=14, color="k", label=f"best: step {step}, {loss:.3f}")
+    ax.set(xlabel="optimizer step", ylabel="loss (nats/token)")
     ax.legend()
-    return ax
 
 
 @styled
 def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{:g}", color: str | None = None):
     """One bar per entry, its value written on top."""
-    ax = axes(ax)
-    names = list(values)
-    ax.bar(names, [values[n] for n in names], color=color or COLORS["parameters"])
-    for i, n in enumerate(names):
-        ax.annotate(annotate.format(values[n]), (i, values[n]), ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel(ylabel)
-    return ax
+    ax.bar(list(values), list(values.values()), color=color or COLORS["parameters"])
+    for i, value in enumerate(values.values()):
+        ax.annotate(annotate.format(value), (i, value), ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel=ylabel)
 
 
 @styled
-def loss_along_sequence(
-    curves: dict[str, np.ndarray], trained: int, ax=None, unigram: float | None = None, window: int = 32, title: str | None = None
-):
+def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, unigram=None, window: int = 32, title=None):
     """Per-token loss against position, one faint raw line and one smoothed line per curve, the end of
     the trained range marked, and the unigram entropy as a reference level."""
     from longctx.curves import smooth
 
-    ax = axes(ax)
     for name, curve in curves.items():
-        positions = np.arange(1, len(curve) + 1)
-        color = COLORS.get(name)
+        positions, color = np.arange(1, len(curve) + 1), COLORS.get(name)
         ax.plot(positions, curve, lw=0.4, alpha=0.35, color=color)
         ax.plot(positions, smooth(curve, window), lw=1.6, color=color, label=f"{name} (smoothed)")
     _trained_mark(ax, trained)
     if unigram is not None:
         ax.axhline(unigram, color="grey", ls="--", lw=1, label=f"unigram entropy {unigram:.2f}")
-    ax.set_xlabel("position in the sequence")
-    ax.set_ylabel("loss (nats per token)")
+    ax.set(xlabel="position in the sequence", ylabel="loss (nats per token)", title=title)
     ax.legend(fontsize=7)
-    if title:
-        ax.set_title(title)
-    return ax
 
 
 @styled
@@ -306,13 +222,10 @@ def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: i
     """A paired per-position difference (smoothed) around zero, the trained range marked."""
     from longctx.curves import smooth
 
-    ax = axes(ax)
     ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)
     ax.axhline(0, color="grey", lw=0.8)
     _trained_mark(ax, trained)
-    ax.set_xlabel("position in the sequence")
-    ax.set_ylabel(f"{label} (nats, smoothed)")
-    return ax
+    ax.set(xlabel="position in the sequence", ylabel=f"{label} (nats, smoothed)")
 
 
 @styled
@@ -320,21 +233,15 @@ def yarn_pairs(rows: dict[str, tuple[np.ndarray, np.ndarray, float]], ax=None, t
     """How YaRN treats each rotary pair: for each row `name: (turns, scaling, factor)`, the share of the pair's
     own frequency kept (1 = left alone, 0 = divided by the full factor) against the turns the pair makes
     inside the trained range (log scale)."""
-    ax = axes(ax)
     for name, (turns, scaling, factor) in rows.items():
-        kept = (scaling - 1 / factor) / (1 - 1 / factor)
-        ax.plot(turns, kept, marker="o", ms=3, lw=1.2, label=name)
+        ax.plot(turns, (scaling - 1 / factor) / (1 - 1 / factor), marker="o", ms=3, lw=1.2, label=name)
     ax.set_xscale("log")
-    ax.set_xlabel("turns of the rotary pair inside the trained range")
-    ax.set_ylabel("frequency kept (1 = left alone, 0 = interpolated)")
+    ylabel = "frequency kept (1 = left alone, 0 = interpolated)"
+    ax.set(xlabel="turns of the rotary pair inside the trained range", ylabel=ylabel, title=title)
     ax.legend(fontsize=7)
-    if title:
-        ax.set_title(title)
-    return ax
 
 
 def _trained_mark(ax, trained: int) -> None:
     ax.axvline(trained, color="k", ls=":", lw=1)
-    ax.annotate(
-        "trained range ends", (trained, 1), xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=7
-    )
+    at = (trained, 1)
+    ax.annotate("trained range ends", at, xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=7)

@@ -1,10 +1,8 @@
 """What a reader copies into their own training script, printed from the objects the lessons run.
 
-A `Call` is a constructor call kept as data: a class and its keyword arguments. The helpers build their
-TRL, accelerate and peft configs from one (`Call.build`), and the lessons print the same one as Python
-source (`snippet`), so the snippet cannot drift from what ran. `tests/test_recipe.py` executes every
-lever's snippet and compares the object it makes with the helper's.
-"""
+A `Call` is a constructor call kept as data: a class and its keyword arguments. The helpers build their TRL, accelerate
+and peft configs from one (`Call.build`) and the lessons print the same one as source (`snippet`), so the snippet cannot
+drift from what ran; `tests/test_recipe.py` executes every lever's snippet and compares the object it makes."""
 
 from __future__ import annotations
 
@@ -13,8 +11,10 @@ import importlib
 import json
 from dataclasses import dataclass, field
 
-from longctx.errors import LongctxError
+from longctx.errors import LongctxError, check_choice
 
+_CP = ("parallelism_config", "fsdp", "fsdp_config", "activation_checkpointing", "max_length", "pad_to_multiple_of")
+_OFFLOAD = ("activation_checkpointing", "activation_checkpointing_kwargs")
 # The arguments that switch each lever on, in the order a snippet shows them.
 LEVERS = {
     "accumulation": ("per_device_train_batch_size", "gradient_accumulation_steps"),
@@ -22,26 +22,12 @@ LEVERS = {
     "checkpointing": ("activation_checkpointing",),
     "chunked loss": ("loss_type",),
     "yarn": ("model_init_kwargs", "max_length"),
-    "offload": ("activation_checkpointing", "activation_checkpointing_kwargs"),
-    "context parallelism": (
-        "parallelism_config",
-        "fsdp",
-        "fsdp_config",
-        "activation_checkpointing",
-        "max_length",
-        "pad_to_multiple_of",
-    ),
+    "offload": _OFFLOAD,
+    "context parallelism": _CP,
     "sequence parallelism": ("parallelism_config", "deepspeed", "max_length"),
     "padding": ("max_length", "pad_to_multiple_of", "torch_compile"),
     "static cache": ("cache_implementation", "max_completion_length"),
-    "one million tokens": (
-        "loss_type",
-        "activation_checkpointing",
-        "activation_checkpointing_kwargs",
-        "bf16",
-        "max_length",
-        "pad_to_multiple_of",
-    ),
+    "one million tokens": ("loss_type", *_OFFLOAD, "bf16", "max_length", "pad_to_multiple_of"),
 }
 WIDTH = 100  # a snippet's lines stay within this many characters where a value allows
 
@@ -53,17 +39,11 @@ class Call:
 
     def build(self):
         """The object itself: nested calls built first, as the printed source builds them."""
-        return self.target(**{k: _built(v) for k, v in self.kwargs.items()})
+        return self.target(**_each_call(self.kwargs, Call.build))
 
-    def source(self, names=None, indent: int = 0) -> str:
-        """`Target(k=v, ...)` for `names` (all arguments when None), one argument per line when long."""
-        names = list(self.kwargs) if names is None else list(names)
-        missing = [n for n in names if n not in self.kwargs]
-        if missing:
-            raise LongctxError(
-                f"{self.target.__name__} call has no argument {missing[0]!r}; it has {', '.join(self.kwargs) or 'none'}."
-            )
-        parts = [f"{n}={_literal(self.kwargs[n], indent + 4)}" for n in names]
+    def source(self, indent: int = 0) -> str:
+        """`Target(k=v, ...)`, one argument per line when long."""
+        parts = [f"{n}={_literal(v, indent + 4)}" for n, v in self.kwargs.items()]
         one_line = f"{self.target.__name__}({', '.join(parts)})"
         if indent + len(one_line) <= WIDTH and "\n" not in one_line:
             return one_line
@@ -73,31 +53,19 @@ class Call:
     def targets(self) -> list[type]:
         """Every class the call builds, itself first."""
         found = [self.target]
-        for value in self.kwargs.values():
-            for inner in _calls_in(value):
-                found += [t for t in inner.targets() if t not in found]
-        return found
+        _each_call(self.kwargs, lambda inner: found.extend(inner.targets()))
+        return list(dict.fromkeys(found))
 
 
-def _built(value):
+def _each_call(value, do):
+    """`value` with each Call in it (in dicts, lists and tuples too) replaced by `do(call)`."""
     if isinstance(value, Call):
-        return value.build()
+        return do(value)
     if isinstance(value, dict):
-        return {k: _built(v) for k, v in value.items()}
+        return {k: _each_call(v, do) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_built(v) for v in value)
+        return type(value)(_each_call(v, do) for v in value)
     return value
-
-
-def _calls_in(value):
-    if isinstance(value, Call):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _calls_in(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _calls_in(v)
 
 
 def _literal(value, indent: int) -> str:
@@ -124,8 +92,7 @@ def _literal(value, indent: int) -> str:
 def import_line(cls: type) -> str:
     """`from <package> import Name`, from the shortest public module that exports the class."""
     parts = cls.__module__.split(".")
-    for n in range(1, len(parts) + 1):
-        module = ".".join(parts[:n])
+    for module in (".".join(parts[:n]) for n in range(1, len(parts) + 1)):
         try:
             if getattr(importlib.import_module(module), cls.__name__, None) is cls:
                 return f"from {module} import {cls.__name__}"
@@ -138,17 +105,14 @@ def snippet(call: Call, lever: str | tuple[str, ...], *, name: str = "args") -> 
     """Copy-pasteable source that builds `call`'s class with the arguments of `lever` (see LEVERS; a tuple
     of levers shows all of theirs)."""
     levers = (lever,) if isinstance(lever, str) else tuple(lever)
-    wanted = []
     for one in levers:
-        if one not in LEVERS:
-            raise LongctxError(f"Unknown lever {one!r}; use one of {', '.join(LEVERS)}.")
-        wanted += [n for n in LEVERS[one] if n not in wanted]
-    names = [n for n in wanted if n in call.kwargs and call.kwargs[n] is not None]
-    if not names:
+        check_choice("lever", one, LEVERS)
+    wanted = list(dict.fromkeys(n for one in levers for n in LEVERS[one]))
+    shown = Call(call.target, {n: call.kwargs[n] for n in wanted if call.kwargs.get(n) is not None})
+    if not shown.kwargs:
         raise LongctxError(
             f"This {call.target.__name__} call sets none of {' + '.join(levers)}'s arguments ({', '.join(wanted)})."
         )
-    shown = Call(call.target, {n: call.kwargs[n] for n in names})
     imports = sorted({import_line(t) for t in shown.targets()})
     return "\n".join(imports) + f"\n\n{name} = {shown.source()}"
 
@@ -160,14 +124,10 @@ def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after:
     packages = [t.__module__.split(".")[0] for t in call.targets()]
     packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
     title = lever if isinstance(lever, str) else " + ".join(lever)
-    note = (
-        "# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n"
-        if call.target.__module__.startswith("trl.")
-        else ""
-    )
+    trl = call.target.__module__.startswith("trl.")
     print(
         f"# {title}: printed from the lesson's own config ({', '.join(f'{p} {version(p)}' for p in packages)})\n"
-        + note
+        + ("# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n" if trl else "")
         + snippet(call, lever, name=name)
         + (f"\n\n{after}" if after else "")
     )

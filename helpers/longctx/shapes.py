@@ -28,20 +28,18 @@ def attention_kinds(cfg) -> set[str]:
 
 def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing: bool = False) -> None:
     """Refuse what CP/SP cannot run, naming the fix."""
-    check_positive_int("seq_len", seq_len)
-    check_positive_int("cp_size", cp_size)
-    check_positive_int("sp_size", sp_size)
+    for name, value in (("seq_len", seq_len), ("cp_size", cp_size), ("sp_size", sp_size)):
+        check_positive_int(name, value)
     if cp_size > 1 and sp_size > 1:
         raise LongctxError(
-            f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism "
-            "(FSDP2) or DeepSpeed Ulysses, not both in one run; choose one of them."
+            f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism (FSDP2) or DeepSpeed "
+            "Ulysses, not both in one run; choose one of them."
         )
     if cp_size > 1:
         if packing:
             raise LongctxError(
-                "Packing cannot be used with context parallelism: CP replaces the attention mask by "
-                "is_causal=True, so packed documents would attend across their boundaries. Set "
-                "packing=False (one sequence per row), or cp_size=1."
+                "Packing cannot be used with context parallelism: CP replaces the attention mask by is_causal=True, so "
+                "packed documents would attend across their boundaries. Set packing=False (one sequence per row), or cp_size=1."
             )
         if 2 * cp_size > seq_len:
             raise LongctxError(
@@ -56,15 +54,13 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
         other = attention_kinds(cfg) - {"full_attention"}
         if other:
             raise LongctxError(
-                f"This model has {', '.join(sorted(other))} layers; context parallelism supports full "
-                "causal attention only. Use a model without sliding-window/chunked layers, or Ulysses "
-                "sequence parallelism (sp_size) instead."
+                f"This model has {', '.join(sorted(other))} layers; context parallelism supports full causal attention "
+                "only. Use a model without sliding-window/chunked layers, or Ulysses sequence parallelism (sp_size) instead."
             )
     if sp_size > 1:
         kv = cfg.get_text_config().num_key_value_heads if hasattr(cfg, "get_text_config") else cfg.num_key_value_heads
         if sp_size > kv or kv % sp_size:
-            fits = [n for n in range(1, kv + 1) if kv % n == 0]
             raise LongctxError(
-                f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): "
-                f"use one of {fits}, or context parallelism for more ranks."
+                f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): use one of "
+                f"{[n for n in range(1, kv + 1) if kv % n == 0]}, or context parallelism for more ranks."
             )

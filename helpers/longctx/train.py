@@ -1,11 +1,9 @@
 """Drive real TRL trainers from a small config object, with CPU defaults that work.
 
-Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its
-learning rate (2e-5) is too low for a model trained from scratch, gradient checkpointing is on by
-default, and pinned memory warns without an accelerator. In trl 1.16 SFTTrainer always computes the
-loss with its chunked ("fused") LM head; `loss="plain"` gives the guide's baseline instead: the model's
-own forward with `labels=`, which materialises the full sequence × vocabulary logits.
-"""
+Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its learning rate
+(2e-5) is too low for a model trained from scratch, gradient checkpointing is on by default, and pinned memory warns
+without an accelerator. trl 1.16's loss is its chunked ("fused") LM head; `loss="plain"` is the guide's baseline: the
+model's own forward with `labels=`, which materialises the full sequence × vocabulary logits."""
 
 from __future__ import annotations
 
@@ -16,10 +14,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from longctx import device, quiet
-from longctx.errors import LongctxError
+from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.recipe import Call
 
 LOSSES = ("chunked", "plain")
+# TrainConfig fields passed to SFTConfig under their own name, and the SFTConfig settings every run shares
+_SAME = (
+    "output_dir max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps learning_rate "
+    "lr_scheduler_type warmup_steps weight_decay max_grad_norm seed max_length logging_steps eval_steps load_best_model_at_end"
+).split()
+_FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True)
 
 
 @dataclass
@@ -50,20 +54,15 @@ class TrainConfig:
     for_device: str | None = None  # the device the config is for ("cuda", "cpu"); None: this machine's
 
     def __post_init__(self) -> None:
-        if self.loss not in LOSSES:
-            raise LongctxError(f"Unknown loss {self.loss!r}; use 'chunked' (TRL's fused head) or 'plain'.")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise LongctxError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
         import torch
 
         from longctx.offload import check_offload
 
-        check_offload(
-            self.offload,
-            checkpointing=self.gradient_checkpointing,
-            device=self.for_device or ("cuda" if torch.cuda.is_available() else "cpu"),
-        )
+        check_choice("loss", self.loss, LOSSES)
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
+            check_positive_int(name, getattr(self, name))
+        target = self.for_device or ("cuda" if torch.cuda.is_available() else "cpu")
+        check_offload(self.offload, checkpointing=self.gradient_checkpointing, device=target)
         if self.load_best_model_at_end and not self.eval_steps:
             raise LongctxError("load_best_model_at_end needs eval_steps (evaluation every N steps).")
 
@@ -72,49 +71,26 @@ class TrainConfig:
         from trl import SFTConfig
 
         target = self.for_device or device()
-        bf16 = self.bf16
-        if bf16 is None:
-            bf16 = target == "cuda" and (self.for_device is not None or _cuda_bf16())
-        evaluating = bool(self.eval_steps)
-        kwargs = dict(
-            output_dir=self.output_dir,
-            max_steps=self.max_steps,
-            num_train_epochs=self.num_train_epochs,
-            per_device_train_batch_size=self.per_device_train_batch_size,
+        bf16 = self.bf16 if self.bf16 is not None else target == "cuda" and (self.for_device is not None or _cuda_bf16())
+        kwargs = {name: getattr(self, name) for name in _SAME}
+        kwargs.update(
             per_device_eval_batch_size=self.per_device_train_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            learning_rate=self.learning_rate,
-            lr_scheduler_type=self.lr_scheduler_type,
-            warmup_steps=self.warmup_steps,
-            weight_decay=self.weight_decay,
-            max_grad_norm=self.max_grad_norm,
-            seed=self.seed,
             data_seed=self.seed,
             bf16=bf16,
             use_cpu=target == "cpu",
-            # trl 1.16's default loss: its fused head, which computes the cross-entropy a tile at a time
-            loss_type="nll" if self.loss == "chunked" else None,
             # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
             activation_checkpointing=self.gradient_checkpointing,
             activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
-            max_length=self.max_length,
-            logging_steps=self.logging_steps,
-            report_to="none",
-            dataloader_pin_memory=False,
-            disable_tqdm=False,
-            eval_strategy="steps" if evaluating else "no",
-            eval_steps=self.eval_steps,
+            eval_strategy="steps" if self.eval_steps else "no",
             save_strategy="steps" if (self.save_steps or self.load_best_model_at_end) else "no",
             save_steps=self.save_steps or self.eval_steps or 500,
-            load_best_model_at_end=self.load_best_model_at_end,
             metric_for_best_model="eval_loss",
             greater_is_better=False,
-            save_only_model=True,
+            **_FIXED,
         )
-        if kwargs["loss_type"] is None:
-            del kwargs["loss_type"]  # the plain loss is the trainer subclass's, not an SFTConfig setting
-        kwargs.update(self.extra)
-        return Call(SFTConfig, kwargs)
+        if self.loss == "chunked":  # trl 1.16's default loss: its fused head, the cross-entropy a tile at a time
+            kwargs["loss_type"] = "nll"  # (the plain loss is the trainer subclass's, not an SFTConfig setting)
+        return Call(SFTConfig, {**kwargs, **self.extra})
 
     def sft_config(self):
         """The trl.SFTConfig this object stands for, built on this machine."""
@@ -157,17 +133,10 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
     """A real trl.SFTTrainer (or the plain-loss subclass) for `model` and pre-tokenized datasets."""
     from trl import SFTTrainer
 
-    cls = plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer
-    if cfg.eval_steps and eval_dataset is None:
-        raise LongctxError("eval_steps is set but no eval_dataset was given.")
     callbacks = list(callbacks or [])
-    pool = None
     if cfg.offload == "host-pool":
-        from longctx.offload import HostPool
-
-        pool = HostPool()
-        callbacks.append(_host_pool_callback(pool))
-    trainer = cls(
+        callbacks.append(_host_pool_callback())
+    trainer = (plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer)(
         model=model,
         args=cfg.sft_config(),
         train_dataset=train_dataset,
@@ -180,53 +149,45 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, p
 
 
 def host_pool(trainer):
-    """The offload.HostPool of a trainer built with offload="host-pool" (None otherwise). It is held by the
-    trainer's own callback, which installs it when training starts."""
-    return next((cb.pool for cb in trainer.callback_handler.callbacks if isinstance(cb, _HostPoolHolder)), None)
+    """The offload.HostPool of a trainer built with offload="host-pool" (None otherwise), held by the trainer's own
+    callback, which installs it when training starts."""
+    return next((cb.host_pool for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool")), None)
 
 
-class _HostPoolHolder:
-    pool = None
-
-
-def _host_pool_callback(pool):
+def _host_pool_callback():
     from transformers import TrainerCallback
 
-    class HostPoolOffload(TrainerCallback, _HostPoolHolder):
+    from longctx.offload import HostPool
+
+    class HostPoolOffload(TrainerCallback):
         """Trainer.train() enables checkpointing just before on_train_begin; swap in the pool's hooks then."""
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            pool.install(model)
+        host_pool = HostPool()
 
-    callback = HostPoolOffload()
-    callback.pool = pool
-    return callback
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self.host_pool.install(model)
+
+    return HostPoolOffload()
 
 
 def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None, callbacks=None) -> TrainResult:
     """Build the trainer, train, and return losses, the eval curve, timings and paths."""
     timer = _step_timer()
+    callbacks = [*(callbacks or []), timer]
     trainer = make_trainer(
-        model,
-        train_dataset,
-        cfg,
-        eval_dataset=eval_dataset,
-        processing_class=processing_class,
-        callbacks=[*(callbacks or []), timer],
+        model, train_dataset, cfg, eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks
     )
     start = time.perf_counter()
     out = trainer.train()
-    seconds = time.perf_counter() - start
-    return result_of(trainer, seconds, out.global_step, cfg, step_seconds=timer.seconds)
+    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=timer.seconds)
 
 
 def _step_timer():
     """A callback that times each optimizer step alone (waiting for the GPU to finish its work)."""
+    import torch
     from transformers import TrainerCallback
 
     def sync():
-        import torch
-
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
@@ -245,9 +206,7 @@ def _step_timer():
     return StepTimer()
 
 
-def result_of(
-    trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds: list[float] | None = None
-) -> TrainResult:
+def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:
     history = trainer.state.log_history
     train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
     eval_rows = [r for r in history if "eval_loss" in r]
@@ -263,7 +222,7 @@ def result_of(
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_eval_loss=None if best is None or math.isnan(best) else float(best),
         config=asdict(cfg),
-        step_seconds=list(step_seconds or []),
+        step_seconds=list(step_seconds),
         num_tokens=[int(r["num_tokens"]) for r in train_rows if "num_tokens" in r],
     )
 
