@@ -16,7 +16,7 @@ def _cfg(**changes):
     [
         (dict(seq_len=1001, cp_size=4), r"not a multiple of 2 × cp_size = 8: pad to 1008"),
         (dict(seq_len=1024, cp_size=2, packing=True), "Packing cannot be used with context parallelism"),
-        (dict(seq_len=1024, sp_size=4), r"must divide the model's 2 KV heads.*\[1, 2\]"),
+        (dict(seq_len=1024, sp_size=8), r"must divide the model's 4 attention heads.*\[1, 2, 4\]"),
         (dict(seq_len=1024, sp_size=3), "must divide"),
         (dict(seq_len=1024, cp_size=2, sp_size=2), "not both"),
         (dict(seq_len=1024, cp_size=0), "cp_size must be a positive integer"),
@@ -39,6 +39,7 @@ def test_sliding_window_models_are_refused_under_cp(changes):
 def test_valid_plans_pass():
     parallel.check_plan(_cfg(), 1000, cp_size=4)  # a multiple of 2 × 4
     parallel.check_plan(_cfg(), 1001, sp_size=2)  # Ulysses has no length rule of its own here
+    parallel.check_plan(_cfg(), 1024, sp_size=4)  # more ranks than KV heads: DeepSpeed replicates them
 
 
 def test_padded_length():

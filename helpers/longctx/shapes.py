@@ -58,9 +58,13 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
                 "only. Use a model without sliding-window/chunked layers, or Ulysses sequence parallelism (sp_size) instead."
             )
     if sp_size > 1:
-        kv = cfg.get_text_config().num_key_value_heads if hasattr(cfg, "get_text_config") else cfg.num_key_value_heads
-        if sp_size > kv or kv % sp_size:
+        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        heads, kv = text.num_attention_heads, text.num_key_value_heads
+        # DeepSpeed 0.19.8 (runtime/sequence_parallel/ulysses_sp.py) splits the query heads evenly, and the KV heads
+        # too, or replicates them when sp_size is a multiple of their count (the guide's "at most the KV heads" is older)
+        if heads % sp_size or (kv % sp_size and sp_size % kv):
+            fits = [n for n in range(1, heads + 1) if heads % n == 0 and (kv % n == 0 or n % kv == 0)]
             raise LongctxError(
-                f"sp_size={sp_size} must divide the model's {kv} KV heads (Ulysses splits heads): use one of "
-                f"{[n for n in range(1, kv + 1) if kv % n == 0]}, or context parallelism for more ranks."
+                f"sp_size={sp_size} must divide the model's {heads} attention heads and divide, or be a multiple of, its "
+                f"{kv} KV heads (Ulysses splits heads): use one of {fits}, or context parallelism for more ranks."
             )
