@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -279,12 +280,8 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
     path = data_dir() / f"tokens-{vocab_size}-{split}.npy"
     if force or not path.exists():
         tok = tokenizer(vocab_size)
-        ids: list[int] = []
-        for book in books(split):
-            ids.extend(tok(book.text)["input_ids"])
-            ids.append(tok.eos_token_id)
         tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, np.asarray(ids, dtype=np.int32))
+        np.save(tmp, np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int32))
         tmp.rename(path)
         _record([path])
     try:
@@ -321,12 +318,13 @@ def long_sequences(
     check_choice("split", split, SPLITS)
     dataset = check_dataset(dataset)
     if dataset == CORPUS:
-        stream = token_stream(split, vocab_size) if _is_corpus_bpe(tokenizer, vocab_size) else _corpus_stream(split, tokenizer)
+        stream = _corpus_stream(split, tokenizer, vocab_size)
     elif tokenizer is None:
         raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
     else:
         stream = _datasets_stream(dataset, "train" if split == "train" else "test", tokenizer, seq_len * n)
-    return _windows(stream, seq_len, n, seed)
+    starts = np.random.default_rng(seed).integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
+    return _windows(stream, starts, [seq_len] * n)
 
 
 def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
@@ -398,34 +396,34 @@ def tokenizer_for(model: str):
     return from_pretrained(AutoTokenizer, model)
 
 
-def _is_corpus_bpe(tok, vocab_size: int = VOCAB_SIZE) -> bool:
-    """None or the corpus BPE itself (loaded from data/tokenizer-<vocab>/): its ids are cached on disk."""
-    here = Path(getattr(tok, "name_or_path", "") or ".").resolve()
-    return tok is None or here == (data_dir() / f"tokenizer-{vocab_size}").resolve()
-
-
 _CORPUS_STREAMS: dict = {}
 
 
-def _corpus_stream(split: str, tok) -> np.ndarray:
-    """The corpus books of a split read by another tokenizer (kept in memory, one per tokenizer)."""
-    key = (split, getattr(tok, "name_or_path", ""), len(tok))
+def _corpus_stream(split: str, tok, vocab_size: int = VOCAB_SIZE) -> np.ndarray:
+    """The corpus books of a split as token ids: the corpus BPE's (`tok` None or loaded from data/tokenizer-<vocab>/)
+    cached on disk, another tokenizer's kept in memory, one per tokenizer."""
+    name = getattr(tok, "name_or_path", "")
+    if tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve():
+        return token_stream(split, vocab_size)
+    key = (split, name, len(tok))
     if key not in _CORPUS_STREAMS:
-        ids: list[int] = []
-        for book in books(split):
-            ids.extend(tok(book.text)["input_ids"])
-            ids.append(_eos_id(tok))
-        _CORPUS_STREAMS[key] = np.asarray(ids, dtype=np.int64)
+        _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
     return _CORPUS_STREAMS[key]
 
 
-def _eos_id(tok) -> int:
+def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
+    """The texts tokenized and joined end to end, an end-of-text token after each, until `min_tokens`."""
     if tok.eos_token_id is None:
         raise LongctxError(
             f"The tokenizer of {getattr(tok, 'name_or_path', 'this model')} has no end-of-text token "
             "to put between books; use a model whose tokenizer defines eos_token."
         )
-    return tok.eos_token_id
+    ids: list[int] = []
+    for text in texts:
+        ids += [*tok(text)["input_ids"], tok.eos_token_id]
+        if len(ids) >= min_tokens:
+            break
+    return ids
 
 
 def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
@@ -459,22 +457,17 @@ def varied_sequences(
         check_positive_int(name, value)
     if min_len > max_len:
         raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
-    from datasets import Dataset
-
-    stream = token_stream(split, vocab_size) if _is_corpus_bpe(tokenizer, vocab_size) else _corpus_stream(split, tokenizer)
+    stream = _corpus_stream(split, tokenizer, vocab_size)
     rng = np.random.default_rng(seed)
     lengths = rng.integers(min_len, max_len + 1, size=n)
-    starts = rng.integers(0, len(stream), size=n)
-    rows = [np.take(stream, np.arange(s, s + k), mode="wrap").tolist() for s, k in zip(starts, lengths)]
-    return Dataset.from_dict({"input_ids": rows})
+    return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
 
 
-def _windows(stream: np.ndarray, seq_len: int, n: int, seed: int):
+def _windows(stream: np.ndarray, starts, lengths):
+    """A `datasets.Dataset` of the windows of `stream` at `starts` (wrapping around its end), an `input_ids` column."""
     from datasets import Dataset
 
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
-    rows = [np.take(stream, np.arange(s, s + seq_len), mode="wrap").tolist() for s in starts]
+    rows = [np.take(stream, np.arange(s, s + k), mode="wrap").tolist() for s, k in zip(starts, lengths)]
     return Dataset.from_dict({"input_ids": rows})
 
 
@@ -483,12 +476,7 @@ def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarr
     from datasets import load_dataset
 
     try:
-        ids: list[int] = []
-        for row in load_dataset(dataset, split=split, streaming=True):
-            ids.extend(tok(row["text"])["input_ids"])
-            ids.append(_eos_id(tok))
-            if len(ids) >= min_tokens:
-                break
+        ids = _joined((row["text"] for row in load_dataset(dataset, split=split, streaming=True)), tok, min_tokens)
     except RuntimeError as exc:
         if "scripts are no longer supported" not in str(exc):
             raise
