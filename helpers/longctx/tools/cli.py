@@ -86,23 +86,18 @@ def _cmd_data(args) -> None:
             f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data in a folder there with "
             "`longctx data`, or unset LONGCTX_DATA to verify the repository's data/."
         )
-    if not args.verify:
-        corpus = data.fetch_corpus(force=args.force, download=True)
-        tok = data.tokenizer(force=args.force)
-        counts = {s: len(data.token_stream(s, force=args.force)) for s in data.SPLITS}
-        parquet = data.export_parquet(force=args.force)
+    if not args.verify:  # each step keeps what is there (verified below), or builds it again with --force
+        books = len(list(data.fetch_corpus(force=args.force, download=True).glob("*.txt")))
+        data.tokenizer(force=args.force)
+        tokens = {s: len(data.token_stream(s, force=args.force)) for s in data.SPLITS}
+        data.export_parquet(force=args.force)  # the rehearsal's PG-19 stand-in
     if problems := data.verify():
         raise LongctxError(
             "the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems) + "\nRebuild it with "
             "`longctx data --force` (it replaces only the files it wrote: move any file of your own away yourself)."
         )
-    if args.verify:
-        print(f"data verified: {data_dir()}")
-        return
-    print(
-        f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
-        f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}"
-    )
+    done = "verified" if args.verify else f"built and verified ({books} books, tokens {tokens}, {data.PARQUET_DIR}/)"
+    print(f"data {done}: {data_dir()}")
 
 
 def _cmd_lab(args) -> None:
