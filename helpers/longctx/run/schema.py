@@ -13,9 +13,8 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, config, has_weights, is_local_config, torch_dtype
+from longctx.models import PRESETS, has_weights, is_local_config
 from longctx.paths import notebooks_dir, user_path
-from longctx.units import GIB
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both)
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
@@ -28,9 +27,6 @@ _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
     "minItems": lambda arg: "must not be empty",
     "contains": lambda arg: f"must contain {arg['const']!r}",
 }
-# Below an eighth of the free memory a step's floor (what its layers must keep, from the config alone) passes: where a
-# floor reaches gigabytes, the step's estimate was 6.6 times it (tiny and tiny-qwen-vocab, chunked, at 2M and 16M tokens).
-CLEAR_SHARE = 1 / 8
 
 
 @lru_cache(maxsize=None)
@@ -82,13 +78,12 @@ KEYWORDS = {
 }
 
 
-def _relations(params, relations, context):
+def _relations(params, relations):
     """Each relation names its parameter first; the first one broken is reported."""
     for rel in relations:
-        ((kind, arg), *rest) = rel.items()
+        kind, arg = next(iter(rel.items()))  # its kind and the parameters it relates
         name, other = (arg[0], arg[1:]) if isinstance(arg, list) else (arg, None)
         value = params.get(name)
-        values = value if isinstance(value, list) else [value]
         why = None
         if kind == "at_most" and _num(value) and _num(params.get(other[0])) and value > params[other[0]]:
             why = f"must be at most {other[0]} ({params[other[0]]})"
@@ -96,41 +91,13 @@ def _relations(params, relations, context):
             given = params.get(other[0])
             step = 2 * max([r for r in (given if isinstance(given, list) else [given]) if _num(r)] or [1])
             named = f"the largest of {other[0]}" if isinstance(given, list) else other[0]
-            bad = [v for v in values if _num(v) and v % step]
+            bad = [v for v in (value if isinstance(value, list) else [value]) if _num(v) and v % step]
             why = f"must be a multiple of 2 × {named} = {step}" if bad else None
             why = f"has {bad[0]}, which {why}" if why and isinstance(value, list) else why
         elif kind == "needed_unless" and not value and params.get(other[0]) != other[1]:
             why = f"must be set when {other[0]} is not {other[1]!r}"
-        elif kind == "fits_ram" and context["on_cpu"]:
-            why = next((w for v in values if (w := _too_big(v, dict(rest), params))), None)
         if why:
             yield ValidationError(f"{name}={value!r} {why}")
-
-
-def _too_big(tokens, how: dict, params: dict) -> str | None:
-    """Why one training step at `tokens` cannot fit this machine's free memory, by a floor from the model's config
-    alone (None where it fits, or where the config is not at hand without a download)."""
-    import psutil
-
-    model, dtype = params.get(how["model"]), params.get(how.get("dtype", "fp32"), how.get("dtype", "fp32"))
-    try:
-        if not _num(tokens) or not isinstance(model, str) or not (model in PRESETS or is_local_config(user_path(model))):
-            return None
-        text = config(model).get_text_config()
-    except LongctxError:
-        return None
-    batch = max(b for b in (params.get(b, b) for b in how.get("batch", [1])) if _num(b))
-    inter = text.intermediate_size if isinstance(getattr(text, "intermediate_size", 0), int) else 0
-    # each layer's saved input (and, without checkpointing, its MLP activation), the layer being computed, the logits
-    keep = (text.hidden_size, inter) if how.get("checkpointing", True) else (text.hidden_size + inter, 0)
-    per_token = text.num_hidden_layers * keep[0] + keep[1] + (text.vocab_size if how.get("loss") == "plain" else 0)
-    floor = tokens * batch * per_token * torch_dtype(dtype).itemsize / GIB
-    if floor <= (free := psutil.virtual_memory().available / GIB) * CLEAR_SHARE:
-        return None
-    return (
-        f"is too long for one training step of {model} at batch {batch} here: its layers alone keep {floor:.1f} GiB, "
-        f"and a step takes several times that, against {free:.1f} GiB free; lower it, or run where more memory is free"
-    )
 
 
 def _num(value) -> bool:
@@ -149,7 +116,7 @@ def _keyword(check, context):
 
 def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = True) -> None:
     """Refuse, naming the fix, a parameter the notebook does not have, or a value outside its type, range or
-    relations. `on_cpu`: the run's processes share this machine's CPU cores and memory. `weights=False` leaves out
+    relations. `on_cpu`: the run's processes share this machine's CPU cores. `weights=False` leaves out
     the check that a model folder holds weights (a dry run checks a folder whose weights the real run writes first)."""
     declared = schema(notebook)
     for name, value in params.items():
@@ -159,7 +126,7 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
             raise LongctxError(f"{notebook}: {name} must be a finite number, got {value!r}.")
     context = {"on_cpu": on_cpu, "weights": weights}
     keywords = {k: _keyword(f, context) for k, f in KEYWORDS.items()}
-    keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels, context)
+    keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels)
     validator = validators.extend(Draft202012Validator, keywords, type_checker=_TYPES)(declared)
     # per parameter in its order, the innermost finding first; the relations between them last
     order = list(declared["properties"])
