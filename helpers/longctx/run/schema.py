@@ -54,10 +54,9 @@ def _weights(value, context):
     except LongctxError:
         return None  # names that are no model at all are refused afterwards (models.check_spec)
     if local and not has_weights(value):
-        return (
-            "has no weights to load (a config.json describes a model for estimates only; only safetensors files are "
-            "loaded, a pickled pytorch_model.bin can run code): give a model folder with its .safetensors files, a hub "
-            "id, or a preset"
+        return (  # only safetensors files are loaded: a pickled pytorch_model.bin can run code
+            "has no weights to load (a config.json alone is for estimates): give a model folder with its .safetensors "
+            "files, a hub id, or a preset"
         )
 
 

@@ -195,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     quiet = _flag("-q", "--quiet", action="store_true", help="no progress bar")
     force = _flag("--force", action="store_true", help="write again over what this command wrote (other files are kept)")
     as_json = _flag("--json", action="store_true", help="print one JSON object")
-    model = argparse.ArgumentParser(add_help=False)
-    model.add_argument("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
+    param = _flag("-p", "--param", action="append", metavar="KEY=VALUE", help="override a notebook parameter (repeatable)")
+    model = _flag("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
     model.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
     mixed = _flag("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2; needs --cp-size > 1)")
     attn = _flag("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
@@ -210,14 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = command("run", _cmd_run, "execute one notebook headless at a size", size, out, quiet)
+    p = command("run", _cmd_run, "execute one notebook headless at a size", size, param, out, quiet)
     p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
-    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="override a notebook parameter")
 
-    p = command("sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, out, quiet)
+    p = command("sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, param, out, quiet)
     p.add_argument("notebook")
     p.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
-    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="a fixed override for every point")
     p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
     p.add_argument("--executor", default="local", help="local | slurm | slurm-local | slurm-debug (submitit)")
     p.add_argument("--jobs", type=int, default=1, help="local executor: points run at once")
@@ -226,9 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
 
     command("figures", _cmd_figures, "regenerate every guide figure into one folder, with an index page", size, out, force, quiet)
-    p = command(
-        "pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out: data/yarn-base)", out, force, quiet
-    )
+    p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
     for key, value in BASE.items():
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
     p = command("all", _cmd_all, "execute every notebook at a size (the main job)", size, quiet)
@@ -276,11 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         import logging
 
         logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
-        print(
-            "longctx: interrupted. Finished work is kept (a sweep's finished points, a run's earlier outputs); "
-            "run the same command again to go on.",
-            file=sys.stderr,
-        )
+        kept = "Finished work is kept (a sweep's finished points, a run's earlier outputs); run the same command again to go on"
+        print(f"longctx: interrupted. {kept}.", file=sys.stderr)
         return 130
     except LongctxError as exc:
         if args.debug:
