@@ -51,7 +51,7 @@ def test_bad_arguments_are_refused(kwargs, fragment):
 
 @pytest.fixture
 def data_copy(tmp_path, monkeypatch):
-    """A copy of data/ (archive, corpus, manifest, tokenizer, token caches) that a test may damage."""
+    """A copy of data/ (archive, corpus, manifest, tokenizer, token caches, parquet copy) that a test may damage."""
     import shutil
 
     from longctx.paths import data_dir
@@ -62,6 +62,7 @@ def data_copy(tmp_path, monkeypatch):
     for f in [src / "manifest.json", *src.glob("tokens-*.npy")]:
         shutil.copy(f, tmp_path / f.name)
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path))
+    data.export_parquet(force=True)  # written here, and listed in this copy's manifest
     return tmp_path
 
 
@@ -69,9 +70,9 @@ def test_an_edited_book_is_found_on_every_use(data_copy):
     assert data.verify() == []
     book = sorted((data_copy / "corpus").glob("*.txt"))[3]
     book.write_text(book.read_text() + "an added line\n")
-    with pytest.raises(LongctxError, match=re.escape(book.name) + " changed.*longctx data --force"):
+    with pytest.raises(LongctxError, match=re.escape(book.name) + ": changed.*longctx data --force"):
         data.fetch_corpus()
-    assert f"corpus: {book.name} changed" in data.verify()
+    assert f"corpus/{book.name}: changed" in data.verify()
     data.fetch_corpus(force=True)  # unpacked again from the verified archive
     assert data.verify() == []
 
@@ -83,9 +84,9 @@ def test_a_token_cache_with_foreign_ids_is_refused(data_copy):
     arr = np.load(path)
     arr[10] = data.VOCAB_SIZE + 7
     np.save(path, arr)
-    with pytest.raises(LongctxError, match="token ids outside 0..4095"):
+    with pytest.raises(LongctxError, match="token ids in 0..4095.*run `longctx data`"):
         data.token_stream("validation")
-    assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed since `longctx data` wrote it" in data.verify()
+    assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed" in data.verify()
 
 
 def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monkeypatch):
@@ -102,7 +103,8 @@ def test_longctx_data_verify_reports_what_is_wrong(data_copy, capsys):
     assert main(["data", "--verify"]) == 0
     (data_copy / "corpus" / "extra.txt").write_text("not from the archive")
     assert main(["data", "--verify"]) == 2
-    assert "extra.txt was not unpacked by longctx" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "corpus/extra.txt: not written by longctx" in err and "longctx data --force" in err
 
 
 def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
@@ -121,70 +123,86 @@ def test_verify_names_damage_of_every_kind_and_never_hangs(data_copy):
 
     import numpy as np
 
-    np.save(data_copy / f"tokens-{data.VOCAB_SIZE}-train.npy", np.full((3, 4), 5.5))
     val = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
     val.write_bytes(val.read_bytes()[:1000])  # truncated
-    (data_copy / "manifest.json").write_text("{}")  # nothing listed: every file checked against its source
     books = sorted((data_copy / "corpus").glob("*.txt"))
     books[0].unlink()
     books[0].mkdir()  # a folder where a book was
     books[1].unlink()
     os.mkfifo(books[1])  # a FIFO: reading it would block forever
-    problems = "\n".join(data.verify())
-    assert f"{books[0].name} is not a regular file" in problems and f"{books[1].name} is not a regular file" in problems
-    # with the corpus damaged, the unlisted caches are named rather than compared with it
-    assert "tokens-4096-train.npy: not listed" in problems and "tokens-4096-validation.npy: not listed" in problems
+    (data_copy / "downloads" / data.SDIST_FILE).write_bytes(b"not the archive")
+    problems = data.verify()
+    assert f"corpus/{books[0].name}: missing or not a regular file" in problems
+    assert f"corpus/{books[1].name}: missing or not a regular file" in problems
+    assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed" in problems
+    assert any(p.startswith(f"downloads/{data.SDIST_FILE}: not the pinned") for p in problems)
     with pytest.raises(LongctxError, match="cannot be read"):
         data.token_stream("validation")
+    np.save(data_copy / f"tokens-{data.VOCAB_SIZE}-train.npy", np.full((3, 4), 5.5))
+    with pytest.raises(LongctxError, match="not a 1-D array of token ids"):
+        data.token_stream("train")
 
 
-def test_verify_compares_an_unlisted_token_cache_with_the_books(data_copy):
+@pytest.mark.parametrize(
+    "unlisted",
+    [
+        f"tokens-{data.VOCAB_SIZE}-validation.npy",
+        f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json",
+        "corpus-parquet/data/test-00000-of-00001.parquet",
+    ],
+    ids=["token-cache", "tokenizer", "parquet-copy"],
+)
+def test_a_file_the_manifest_does_not_list_is_named_with_the_command_that_lists_it(data_copy, unlisted):
     import json
 
-    import numpy as np
-
     manifest = json.loads((data_copy / "manifest.json").read_text())
-    (data_copy / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if "tokens" not in k}))
-    assert data.verify() == []
-    path = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
-    arr = np.load(path)
-    arr[5] = (arr[5] + 1) % data.VOCAB_SIZE  # in range, but not what the tokenizer makes of the book
-    np.save(path, arr)
-    assert any("differs from the validation books tokenized again" in p for p in data.verify())
+    (data_copy / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != unlisted}))
+    assert data.verify() == [f"{unlisted}: not listed in manifest.json (`longctx data --force` builds and lists it)"]
 
 
-def test_force_replaces_only_the_books_it_unpacked(data_copy):
+def test_longctx_data_force_builds_and_lists_everything_again(data_copy):
+    import json
+
+    from longctx.tools.cli import main
+
     mine = data_copy / "corpus" / "zz_my_poem.txt"
     mine.write_text("my own poem")
+    (data_copy / "manifest.json").write_text(json.dumps({"corpus/hamlet.txt": "0" * 64}))  # a stale manifest
     book = sorted((data_copy / "corpus").glob("*.txt"))[0]
     book.write_text("edited")
     with pytest.raises(LongctxError, match="move any file of your own out"):
         data.fetch_corpus()
-    data.fetch_corpus(force=True)
+    assert main(["data", "--force"]) == 2  # everything rebuilt and listed; only my poem is named
     assert mine.read_text() == "my own poem" and book.read_text() != "edited"
-    assert data.verify() == ["corpus: zz_my_poem.txt was not unpacked by longctx"]
+    assert data.verify() == ["corpus/zz_my_poem.txt: not written by longctx (move it away)"]
+    mine.unlink()
+    assert main(["data"]) == 0 and data.verify() == []
 
 
-def test_verify_checks_the_base_model_and_the_parquet_copy(data_copy):
+def test_verify_checks_the_base_model_and_the_manifest(data_copy):
+    import json
     import os
     import shutil
 
     from longctx.paths import REPO
 
     shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
-    data.export_parquet()
     assert data.verify() == []
     weights = data_copy / "yarn-base" / "model.safetensors"
     raw = bytearray(weights.read_bytes())
     raw[-100] ^= 0xFF  # one flipped byte inside a tensor
     weights.write_bytes(bytes(raw))
     (data_copy / "corpus-parquet" / "data" / "test-00000-of-00001.parquet").unlink()
+    problems = "\n".join(data.verify())
+    assert "yarn-base/model.safetensors: changed (restore it with `git checkout data/yarn-base`)" in problems
+    assert "corpus-parquet/data/test-00000-of-00001.parquet: missing" in problems
+    sums = json.loads((data_copy / "yarn-base" / "checksums.json").read_text())
+    (data_copy / "yarn-base" / "checksums.json").write_text(json.dumps({**sums, "../../outside.txt": "0" * 64}))
+    assert "yarn-base/../../outside.txt: not a path inside data/" in "\n".join(data.verify())  # nothing outside is read
     (data_copy / "manifest.json").unlink()
     os.mkfifo(data_copy / "manifest.json")  # must not be opened
     problems = "\n".join(data.verify())
-    assert "yarn-base/model.safetensors: changed" in problems
-    assert "corpus-parquet/data: no test-*.parquet" in problems
-    assert "manifest.json is damaged" in problems
+    assert "manifest.json is damaged" in problems and "yarn-base/model.safetensors: changed" in problems
 
 
 def test_a_damaged_parquet_copy_is_found_and_rewritten(data_copy):
@@ -192,7 +210,7 @@ def test_a_damaged_parquet_copy_is_found_and_rewritten(data_copy):
 
     folder = data.export_parquet()
     Dataset.from_dict({"text": ["garbage"]}).to_parquet(str(folder / "data" / "test-00000-of-00001.parquet"))
-    assert any("test-00000-of-00001.parquet: not the corpus's validation books" in p for p in data.verify())
+    assert data.verify() == [f"{data.PARQUET_DIR}/data/test-00000-of-00001.parquet: changed"]
     data.export_parquet(force=True)
     assert data.verify() == []
 
@@ -205,25 +223,11 @@ def test_verify_names_files_a_loader_would_pick_up(data_copy):
     shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
     (data_copy / f"tokenizer-{data.VOCAB_SIZE}" / "added_tokens.json").write_text('{"<x>": 4096}')
     (data_copy / "yarn-base" / "special_tokens_map.json").write_text("{}")
+    (data_copy / data.PARQUET_DIR / "README.md").write_text("---\nconfigs:\n- config_name: default\n---\n")  # remaps splits
     problems = data.verify()
-    assert f"tokenizer-{data.VOCAB_SIZE}/added_tokens.json: not written by longctx (remove it)" in problems
+    assert f"tokenizer-{data.VOCAB_SIZE}/added_tokens.json: not written by longctx (move it away)" in problems
+    assert f"{data.PARQUET_DIR}/README.md: not written by longctx (move it away)" in problems
     assert any(p.startswith("yarn-base/special_tokens_map.json: not written by longctx") for p in problems)
-
-
-def test_an_unlisted_tokenizer_must_give_the_token_caches_again(data_copy):
-    import json
-
-    manifest = json.loads((data_copy / "manifest.json").read_text())
-    rel = f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json"
-    (data_copy / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != rel}))
-    assert data.verify() == []
-    path = data_copy / rel
-    spec = json.loads(path.read_text())
-    vocab = spec["model"]["vocab"]
-    a, b = sorted(vocab, key=vocab.get)[300:302]
-    vocab[a], vocab[b] = vocab[b], vocab[a]  # same size, loads fine, two tokens trade ids
-    path.write_text(json.dumps(spec))
-    assert any(p.startswith(f"{rel}: tokenizes the books differently") for p in data.verify())
 
 
 def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
@@ -234,11 +238,3 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
     data.tokenizer()
     listed = json.loads((data_copy / "manifest.json").read_text())
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
-
-
-def test_verify_names_a_readme_that_would_remap_the_parquet_splits(data_copy):
-    folder = data.export_parquet()
-    (folder / "README.md").write_text(
-        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/test-*.parquet\n---\n"
-    )
-    assert f"{data.PARQUET_DIR}/README.md: not written by longctx (remove it)" in data.verify()

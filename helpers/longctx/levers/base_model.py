@@ -1,9 +1,8 @@
 """The YaRN lesson's base model: a small Qwen3-shaped model pretrained here, so that its trained range is known.
 
-`pretrain()` trains it from scratch on the corpus at a short length (a real TRL SFTTrainer run on raw text
-windows), so every position it has seen is below that length. Its RoPE base (100) lets even the slowest
-rotary pairs turn part-way round inside the trained range. That is a choice, not a requirement: bases of
-1,000 and 10,000 trained the same way rose about as much past the range. `manifest()` reads what built it.
+`pretrain()` trains it from scratch on the corpus at a short length (a real TRL SFTTrainer run on raw text windows),
+so every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn
+part-way round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it.
 """
 
 from __future__ import annotations
@@ -13,29 +12,19 @@ import math
 import time
 from pathlib import Path
 
-import torch
-
 from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained
 from longctx.paths import data_dir, user_path
 
-BASE = {  # the lesson's base model: small, RoPE base 100, trained at 128 tokens
-    "preset": "small",
-    "rope_theta": 100.0,
-    "seq_len": 128,
-    "steps": 1000,
-    "batch": 32,
-    "learning_rate": 3e-3,
-    "warmup_steps": 100,
-    "seed": 0,
-}
+# the lesson's base model: small, RoPE base 100, trained at 128 tokens
+BASE = dict(preset="small", rope_theta=100.0, seq_len=128, steps=1000, batch=32, learning_rate=3e-3, warmup_steps=100, seed=0)
+MAX_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
 
 
 def command(params: dict) -> str:
     """The `longctx pretrain` command line that rebuilds a model with `params`."""
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
-    return f"longctx pretrain {flags}"
+    return "longctx pretrain " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
 
 
 def checkpoint_dir() -> Path:
@@ -56,37 +45,18 @@ def pretrain(
     progress: bool = True,
     force: bool = False,
 ) -> Path:
-    """Train the base model and write it (weights, config, tokenizer) with manifest.json into `out`. A
-    folder that already holds a model (the committed data/yarn-base by default) is refused before
-    training unless `force`, and then only the model's own files are replaced."""
+    """Train the base model and write it (weights, config, tokenizer, manifest.json, checksums.json) into `out`.
+    A folder that already holds a model (the committed data/yarn-base by default) is refused before training
+    unless `force`, and then only the model's own files are replaced."""
     from longctx import data, models
     from longctx.train import TrainConfig, run_sft
 
-    params = dict(
-        preset=preset,
-        rope_theta=rope_theta,
-        seq_len=seq_len,
-        steps=steps,
-        batch=batch,
-        learning_rate=learning_rate,
-        warmup_steps=warmup_steps,
-        seed=seed,
-    )
-    _check_pretrain_args(**params)
-    model_files = {
-        "config.json",
-        "generation_config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "manifest.json",
-        data.CHECKSUMS,
-    }
+    params = {k: v for k, v in locals().items() if k in BASE}  # the arguments, in the order of BASE
+    _check_pretrain_args(params)
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
-        raise LongctxError(
-            f"{out} is the data folder itself (its manifest.json would be replaced); give the model a "
-            "folder of its own, e.g. --out data/my-base."
-        )
+        raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
+    model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    model_files |= {"manifest.json", data.CHECKSUMS}
     out = files.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
     rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
     model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
@@ -129,54 +99,45 @@ def pretrain(
     return out
 
 
-def _check_pretrain_args(*, preset, rope_theta, seq_len, steps, batch, learning_rate, warmup_steps, seed) -> None:
+def _check_pretrain_args(p: dict) -> None:
     """Every `longctx pretrain` option in range, named by its flag, before a model is built."""
     from longctx import data, models
 
-    if models.preset(preset).config.get("vocab_size") != data.VOCAB_SIZE:
-        cpu = [name for name, p in models.PRESETS.items() if p.config.get("vocab_size") == data.VOCAB_SIZE]
+    if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
+        cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
         raise LongctxError(
-            f"--preset {preset}: pretraining runs on this machine's CPU over the corpus's "
+            f"--preset {p['preset']}: pretraining runs on this machine's CPU over the corpus's "
             f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
         )
     # a window of one token has no next token to predict: the loss would be 0 and teach nothing
-    for flag, value, low in (
-        ("--seq-len", seq_len, 2),
-        ("--steps", steps, 1),
-        ("--batch", batch, 1),
-        ("--warmup-steps", warmup_steps, 0),
-        ("--seed", seed, 0),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise LongctxError(f"{flag} must be an integer ≥ {low}, got {value!r}.")
-    if seed >= SEED_LIMIT:
-        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {seed}.")
-    for flag, value in (("--learning-rate", learning_rate), ("--rope-theta", rope_theta)):
+    for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
+        if isinstance(p[name], bool) or not isinstance(p[name], int) or p[name] < low:
+            raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
+    if p["seed"] >= SEED_LIMIT:
+        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
+    for name in ("learning_rate", "rope_theta"):
+        value = p[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise LongctxError(f"{flag} must be a positive finite number, got {value!r}.")
-    if steps * batch * seq_len > 2**28:  # the windows are built in memory before training
-        raise LongctxError(
-            f"--steps × --batch × --seq-len = {steps * batch * seq_len:,} tokens, over the {2**28:,} "
-            "this CPU pretraining takes; lower one of them."
-        )
+            raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {value!r}.")
+    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
+        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
 
 
 def load_base(
     path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None, beta_fast: float | None = None
 ):
     """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from longctx.levers import rope
 
     path = Path(path or checkpoint_dir())
-    trained = manifest(path)["trained_length"]
+    trained = trained_length(path)  # first: a missing model is named with the command that builds it
     cfg = from_pretrained(AutoConfig, path)
     if wanted is not None:
         cfg = rope.with_yarn(cfg, trained, wanted, factor=factor, beta_fast=beta_fast)
-    model = from_pretrained(AutoModelForCausalLM, path, config=cfg, dtype=torch.float32)
-    model.eval()
-    return model
+    return from_pretrained(AutoModelForCausalLM, path, config=cfg, dtype=torch.float32).eval()
 
 
 def manifest(path: str | Path | None = None) -> dict:

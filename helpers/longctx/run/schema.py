@@ -13,16 +13,20 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, config, has_weights, is_local_config, torch_dtype
+from longctx.models import PRESETS, has_weights, is_local_config
 from longctx.paths import notebooks_dir, user_path
-from longctx.units import GIB
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both)
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
 _WORDS = {"integer": "a whole number", "number": "a number", "string": "text", "array": "a list", "boolean": "true or false"}
-# Below an eighth of the free memory a step's floor (what its layers must keep, from the config alone) passes: where a
-# floor reaches gigabytes, the step's estimate was 6.6 times it (tiny and tiny-qwen-vocab, chunked, at 2M and 16M tokens).
-CLEAR_SHARE = 1 / 8
+_SAY = {  # jsonschema's findings in the words of a person fixing a -p value
+    "minimum": lambda arg: {0: "must not be negative", 1: "must be positive"}.get(arg, f"must be at least {arg}"),
+    "exclusiveMinimum": lambda arg: "must be positive" if arg == 0 else f"must be above {arg}",
+    "maximum": lambda arg: f"must be at most {arg:,}",
+    "enum": lambda arg: f"must be one of {', '.join(map(str, arg))}",
+    "minItems": lambda arg: "must not be empty",
+    "contains": lambda arg: f"must contain {arg['const']!r}",
+}
 
 
 @lru_cache(maxsize=None)
@@ -33,18 +37,7 @@ def schema(notebook: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def _keyword(check, context):
-    """A jsonschema keyword from `check(value, argument, context) -> why or None`."""
-
-    def validate(validator, argument, value, _schema):
-        why = check(value, argument, context)
-        if why:
-            yield ValidationError(why)
-
-    return validate
-
-
-def _card(value, _, context):
+def _card(value, context):
     if not isinstance(value, str):
         return None  # its type is reported
     try:
@@ -53,7 +46,7 @@ def _card(value, _, context):
         return f"is not a card: {str(exc).rstrip('.')}"
 
 
-def _weights(value, _, context):
+def _weights(value, context):
     if not context["weights"] or not isinstance(value, str) or value in (*PRESETS, "base"):
         return None
     try:
@@ -61,35 +54,35 @@ def _weights(value, _, context):
     except LongctxError:
         return None  # names that are no model at all are refused afterwards (models.check_spec)
     if local and not has_weights(value):
-        return (
-            "has no weights to load (a config.json describes a model for estimates only; only safetensors files are "
-            "loaded, a pickled pytorch_model.bin can run code): give a model folder with its .safetensors files, a hub "
-            "id, or a preset"
+        return (  # only safetensors files are loaded: a pickled pytorch_model.bin can run code
+            "has no weights to load (a config.json alone is for estimates): give a model folder with its .safetensors "
+            "files, a hub id, or a preset"
         )
 
 
-def _processes(value, _, context):
+def _processes(value, context):
     cores = os.cpu_count() or 1
     big = [v for v in value if isinstance(v, int) and v > 2 * cores] if context["on_cpu"] else []
     return f"asks for {max(big)} processes on {cores} CPU cores (at most {2 * cores} here)" if big else None
 
 
-def _pad(value, _, context):
-    ok = value is None or value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
-    return None if ok else 'must be null, "auto" or a positive whole number'
+KEYWORDS = {
+    "x-card": _card,
+    "x-weights": _weights,
+    "x-processes": _processes,
+    "x-pad": lambda v, _: None
+    if v in (None, "auto") or _num(v) and v > 0 and isinstance(v, int)
+    else 'must be null, "auto" or a positive whole number',
+    "x-power-of-two": lambda v, _: None if is_power_of_two(v) else "must be a power of two (1, 2, 4, 8, ...)",
+}
 
 
-def _power_of_two(value, _, context):
-    return None if is_power_of_two(value) else "must be a power of two (1, 2, 4, 8, ...)"
-
-
-def _relations(params, relations, context):
+def _relations(params, relations):
     """Each relation names its parameter first; the first one broken is reported."""
     for rel in relations:
-        ((kind, arg), *rest) = rel.items()
+        kind, arg = next(iter(rel.items()))  # its kind and the parameters it relates
         name, other = (arg[0], arg[1:]) if isinstance(arg, list) else (arg, None)
         value = params.get(name)
-        values = value if isinstance(value, list) else [value]
         why = None
         if kind == "at_most" and _num(value) and _num(params.get(other[0])) and value > params[other[0]]:
             why = f"must be at most {other[0]} ({params[other[0]]})"
@@ -97,60 +90,32 @@ def _relations(params, relations, context):
             given = params.get(other[0])
             step = 2 * max([r for r in (given if isinstance(given, list) else [given]) if _num(r)] or [1])
             named = f"the largest of {other[0]}" if isinstance(given, list) else other[0]
-            bad = [v for v in values if _num(v) and v % step]
+            bad = [v for v in (value if isinstance(value, list) else [value]) if _num(v) and v % step]
             why = f"must be a multiple of 2 × {named} = {step}" if bad else None
             why = f"has {bad[0]}, which {why}" if why and isinstance(value, list) else why
         elif kind == "needed_unless" and not value and params.get(other[0]) != other[1]:
             why = f"must be set when {other[0]} is not {other[1]!r}"
-        elif kind == "fits_ram" and context["on_cpu"]:
-            why = next((w for v in values if (w := _too_big(v, dict(rest), params))), None)
         if why:
             yield ValidationError(f"{name}={value!r} {why}")
-
-
-def _too_big(tokens, how: dict, params: dict) -> str | None:
-    """Why one training step at `tokens` would not fit this machine's free memory, judged by its floor from the
-    config (None where it fits, or where the model's config is not at hand without a download)."""
-    import psutil
-
-    model, dtype = params.get(how["model"]), params.get(how.get("dtype", "fp32"), how.get("dtype", "fp32"))
-    if not _num(tokens) or not isinstance(model, str):
-        return None
-    try:
-        if not (model in PRESETS or is_local_config(user_path(model, "The model"))):
-            return None
-        text = config(model).get_text_config()
-    except LongctxError:
-        return None
-    batch = max(b for b in (params.get(b, b) for b in how.get("batch", [1])) if _num(b))
-    plain, checkpointing = how.get("loss") == "plain", how.get("checkpointing", True)
-    inter = text.intermediate_size if isinstance(getattr(text, "intermediate_size", 0), int) else 0
-    # each layer's saved input (and, without checkpointing, its MLP activation), the layer being computed, the logits
-    per_token = text.num_hidden_layers * (text.hidden_size + (0 if checkpointing else inter)) + (inter if checkpointing else 0)
-    floor = tokens * batch * (per_token + (text.vocab_size if plain else 0)) * torch_dtype(dtype).itemsize / GIB
-    free = psutil.virtual_memory().available / GIB
-    if floor <= free * CLEAR_SHARE:
-        return None
-    return (
-        f"is too long for one training step of {model} at batch {batch} here: its layers alone keep {floor:.1f} GiB, "
-        f"and a step takes several times that, against {free:.1f} GiB free; lower it, or run where more memory is free"
-    )
 
 
 def _num(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _validator(context: dict):
-    keywords = {"x-card": _card, "x-weights": _weights, "x-processes": _processes, "x-pad": _pad, "x-power-of-two": _power_of_two}
-    keywords = {k: _keyword(f, context) for k, f in keywords.items()}
-    keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels, context)
-    return validators.extend(Draft202012Validator, keywords, type_checker=_TYPES)
+def _keyword(check, context):
+    """A jsonschema keyword from `check(value, context) -> why or None`."""
+
+    def validate(validator, argument, value, _schema):
+        if why := check(value, context):
+            yield ValidationError(why)
+
+    return validate
 
 
 def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = True) -> None:
     """Refuse, naming the fix, a parameter the notebook does not have, or a value outside its type, range or
-    relations. `on_cpu`: the run's processes share this machine's CPU cores and memory. `weights=False` leaves out
+    relations. `on_cpu`: the run's processes share this machine's CPU cores. `weights=False` leaves out
     the check that a model folder holds weights (a dry run checks a folder whose weights the real run writes first)."""
     declared = schema(notebook)
     for name, value in params.items():
@@ -158,42 +123,26 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
             raise LongctxError(f"{notebook} has no parameter {name!r}. Its parameters: {', '.join(declared['properties'])}.")
         if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
             raise LongctxError(f"{notebook}: {name} must be a finite number, got {value!r}.")
-    validator = _validator({"on_cpu": on_cpu, "weights": weights})(declared)
+    context = {"on_cpu": on_cpu, "weights": weights}
+    keywords = {k: _keyword(f, context) for k, f in KEYWORDS.items()}
+    keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels)
+    validator = validators.extend(Draft202012Validator, keywords, type_checker=_TYPES)(declared)
     # per parameter in its order, the innermost finding first; the relations between them last
     order = list(declared["properties"])
     found = sorted(
         validator.iter_errors(params), key=lambda e: (order.index(e.path[0]), -len(e.path)) if e.path else (len(order), 0)
     )
-    error = found[0] if found else None
-    if error is not None:
-        raise LongctxError(f"{notebook}: {_say(error, params)}.")
-
-
-def _say(error: ValidationError, params: dict) -> str:
-    """jsonschema's finding in the words of a person fixing a -p value."""
+    if not found:
+        return
+    error = found[0]
     if not error.path:  # x-relations: the message names its parameter
-        return error.message
+        raise LongctxError(f"{notebook}: {error.message}.")
     name, *inner = error.path
-    value, bad = params[name], error.instance
-    kind, arg = error.validator, error.validator_value
+    kind, arg, bad = error.validator, error.validator_value, error.instance
     if kind == "type":
         wanted = arg if isinstance(arg, str) else next(t for t in arg if t != "null")
-        quote = f" (quote it to pass it as text: -p '{name}=\"{bad}\"')" if wanted == "string" else ""
-        why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}{quote}"
-    elif kind in ("minimum", "exclusiveMinimum"):
-        why = (
-            "must be positive"
-            if (kind, arg) in (("minimum", 1), ("exclusiveMinimum", 0))
-            else ("must not be negative" if arg == 0 else f"must be at least {arg}")
-        )
-    elif kind == "maximum":
-        why = f"must be at most {arg:,}"
-    elif kind == "enum":
-        why = f"must be one of {', '.join(map(str, arg))}"
-    elif kind == "minItems":
-        why = "must not be empty"
-    elif kind == "contains":
-        why = f"must contain {arg['const']!r}"
+        why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}"
+        why += f" (quote it to pass it as text: -p '{name}=\"{bad}\"')" if wanted == "string" else ""
     else:  # the x- keywords say it themselves
-        why = error.message
-    return f"{name}={value!r} has {bad!r}, which {why}" if inner else f"{name}={value!r} {why}"
+        why = _SAY[kind](arg) if kind in _SAY else error.message
+    raise LongctxError(f"{notebook}: {name}={params[name]!r} " + (f"has {bad!r}, which {why}." if inner else f"{why}."))

@@ -13,6 +13,8 @@ from longctx.lengths import parse_length
 from longctx.models import PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
 
+CARDS = "a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) or a number of GiB"
+
 
 def _cmd_run(args) -> None:
     from longctx.run import harness
@@ -27,18 +29,16 @@ def _cmd_sweep(args) -> None:
     from longctx.tools import sweep
 
     slurm = {k: v for k, v in (("partition", args.partition), ("gpus", args.gpus), ("time", args.time)) if v is not None}
-    sw = sweep.Sweep(
-        args.notebook, args.size, sweep.parse_grid(args.grid or []), fixed=harness.parse_overrides(args.param or []), out=args.out
-    )
+    fixed = harness.parse_overrides(args.param or [])
+    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid or []), fixed=fixed, out=args.out)
     path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric, progress=not args.quiet)
     rows = sweep.table(sw)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "died", "missing")}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
-    if counts["error"] or counts["died"] or counts["missing"]:
-        unfinished = counts["error"] + counts["died"] + counts["missing"]
+    if unfinished := counts["error"] + counts["died"] + counts["missing"]:
         raise LongctxError(
-            f"{unfinished} point(s) did not finish; see point.json under "
-            f"{sw.out / 'points'} and re-run the same command to retry them."
+            f"{unfinished} point(s) did not finish; see point.json under {sw.out / 'points'} and re-run the same "
+            "command to retry them."
         )
 
 
@@ -52,7 +52,7 @@ def _cmd_figures(args) -> None:
 def _cmd_pretrain(args) -> None:
     from longctx.levers import base_model
 
-    kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k, None) is not None}
+    kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k) is not None}
     out = base_model.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
     print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
 
@@ -79,40 +79,29 @@ def _cmd_list(args) -> None:
 def _cmd_data(args) -> None:
     from longctx import data
 
-    if args.verify:
-        named = os.environ.get("LONGCTX_DATA")
-        if named and not user_path(named, "LONGCTX_DATA").is_dir():  # verifying creates nothing
-            what = "is a file, not a folder" if user_path(named, "LONGCTX_DATA").exists() else "does not exist"
-            raise LongctxError(
-                f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data in a folder there "
-                "with `longctx data`, or unset LONGCTX_DATA to verify the repository's data/."
-            )
-        problems = data.verify()
-        if problems:
-            raise LongctxError(
-                "the data on disk is not what `longctx data` built:\n  "
-                + "\n  ".join(problems)
-                + "\nRebuild it with `longctx data --force` (the corpus) or by removing the files named."
-            )
-        print(f"data verified: {data_dir()}")
-        return
-    corpus = data.fetch_corpus(force=args.force, download=True)
-    tok = data.tokenizer()
-    counts = {s: len(data.token_stream(s)) for s in data.SPLITS}
-    parquet = data.export_parquet(force=args.force)
-    problems = data.verify()
-    if problems:
-        raise LongctxError("the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems))
-    data.record_built()
-    print(
-        f"corpus: {corpus} ({len(list(corpus.glob('*.txt')))} books); tokenizer vocabulary {len(tok)}; "
-        f"tokens: {counts}; as a parquet dataset (the rehearsal's PG-19 stand-in): {parquet}"
-    )
+    named = os.environ.get("LONGCTX_DATA")
+    if args.verify and named and not user_path(named, "LONGCTX_DATA").is_dir():  # verifying creates nothing
+        what = "is a file, not a folder" if user_path(named, "LONGCTX_DATA").exists() else "does not exist"
+        raise LongctxError(
+            f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data in a folder there with "
+            "`longctx data`, or unset LONGCTX_DATA to verify the repository's data/."
+        )
+    if not args.verify:  # each step keeps what is there (verified below), or builds it again with --force
+        books = len(list(data.fetch_corpus(force=args.force, download=True).glob("*.txt")))
+        data.tokenizer(force=args.force)
+        tokens = {s: len(data.token_stream(s, force=args.force)) for s in data.SPLITS}
+        data.export_parquet(force=args.force)  # the rehearsal's PG-19 stand-in
+    if problems := data.verify():
+        raise LongctxError(
+            "the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems) + "\nRebuild it with "
+            "`longctx data --force` (it replaces only the files it wrote: move any file of your own away yourself)."
+        )
+    done = "verified" if args.verify else f"built and verified ({books} books, tokens {tokens}, {data.PARQUET_DIR}/)"
+    print(f"data {done}: {data_dir()}")
 
 
 def _cmd_lab(args) -> None:
     import importlib.util
-    import os
 
     from longctx.tools import lab
 
@@ -124,13 +113,9 @@ def _cmd_lab(args) -> None:
     try:
         lab.write_settings()
     except OSError as exc:  # an environment this user cannot write to: JupyterLab still starts, with its defaults
-        print(
-            f"longctx: note: could not write {lab.settings_file()} ({exc.strerror}); JupyterLab may ask about "
-            "its news feed once.",
-            file=sys.stderr,
-        )
-    extra = args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args
-    cmd = lab.command(root, *extra)
+        note = f"could not write {lab.settings_file()} ({exc.strerror}); JupyterLab may ask about its news feed once"
+        print(f"longctx: note: {note}.", file=sys.stderr)
+    cmd = lab.command(root, *(args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args))
     os.execv(cmd[0], cmd)  # JupyterLab takes over this process (Ctrl-C stops it the way it always does)
 
 
@@ -152,47 +137,36 @@ def _cmd_estimate(args) -> None:
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
-    profile = estimate(
-        args.model,
-        parse_length(args.seq_len),
-        loss=args.loss,
-        checkpointing=not args.no_checkpointing,
-        offload=args.offload,
-        dtype=args.dtype,
-        batch=args.batch,
-        cp_size=args.cp_size,
-        mixed_precision=args.mixed_precision,
-        device=args.device,
-        optim=args.optim,
-        attn_implementation=args.attn,
-    )
-    summary = profile.summary()
-    summary["versions"] = versions()
+    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim")  # named alike in both
+    kwargs = {k: getattr(args, k) for k in same}
+    length = parse_length(args.seq_len)
+    profile = estimate(args.model, length, checkpointing=not args.no_checkpointing, attn_implementation=args.attn, **kwargs)
+    summary = {**profile.summary(), "versions": versions()}
     if args.gpu is not None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
-    else:
-        per = f", per rank of {args.cp_size} (CP)" if args.cp_size > 1 else ""
+        return
+    per = f", per rank of {args.cp_size} (CP)" if args.cp_size > 1 else ""
+    print(
+        f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
+        f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
+        f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
+        f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
+        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
+        f"{args.optim} AdamW)"
+    )
+    if summary["attention_mask_gib"] > 0:
+        window = summary["sliding_window"]
         print(
-            f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
-            f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
-            f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
-            f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
-            f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
-            f"{args.optim} AdamW)"
+            f"note: {summary['attention_mask_gib']:.2f} GiB of the step are (sequence × sequence) attention masks "
+            f"that transformers builds for {args.attn}"
+            + (f" (sliding window of {window:,} tokens)" if window else "")
+            + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
+            "builds none: estimate with it to see the difference."
         )
-        if summary["attention_mask_gib"] > 0:
-            window = summary["sliding_window"]
-            print(
-                f"note: {summary['attention_mask_gib']:.2f} GiB of the step are (sequence × sequence) attention masks "
-                f"that transformers builds for {args.attn}"
-                + (f" (sliding window of {window:,} tokens)" if window else "")
-                + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
-                "builds none: estimate with it to see the difference."
-            )
-        if args.gpu is not None:
-            print(f"{args.gpu}: {summary['fit']}")
+    if args.gpu is not None:
+        print(f"{args.gpu}: {summary['fit']}")
 
 
 def _cmd_plan(args) -> None:
@@ -200,162 +174,97 @@ def _cmd_plan(args) -> None:
     from longctx.memory.plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
-    result = plan(
-        args.model,
-        parse_length(args.seq_len),
-        gpus=args.gpus,
-        gpu_memory_gib=gib,
-        mixed_precision=args.mixed_precision,
-        attn_implementation=args.attn,
-        progress=True,  # on stderr: --json's standard output stays the JSON alone
-    )
+    kwargs = dict(gpus=args.gpus, gpu_memory_gib=gib, mixed_precision=args.mixed_precision, attn_implementation=args.attn)
+    result = plan(args.model, parse_length(args.seq_len), progress=True, **kwargs)  # progress on stderr: --json stays JSON
     result["capacity"] = how
-    if args.json:
-        print(json.dumps(dict(result, versions=versions()), indent=2))
-        return
-    print(table(result))
+    print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
+
+
+def _flag(*names, **kwargs) -> argparse.ArgumentParser:
+    """A parent parser holding one flag that several commands share."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(*names, **kwargs)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from longctx.levers.base_model import BASE
+
+    size = _flag("--size", default="cpu", help="ci | cpu | gpu | rehearsal (default cpu; see `longctx list`)")
+    out = _flag("--out", default=None, help="folder to write (default: the command's own under build/)")
+    quiet = _flag("-q", "--quiet", action="store_true", help="no progress bar")
+    force = _flag("--force", action="store_true", help="write again over what this command wrote (other files are kept)")
+    as_json = _flag("--json", action="store_true", help="print one JSON object")
+    param = _flag("-p", "--param", action="append", metavar="KEY=VALUE", help="override a notebook parameter (repeatable)")
+    model = _flag("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
+    model.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
+    mixed = _flag("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2; needs --cp-size > 1)")
+    attn = _flag("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
+
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="with an error, also print where it was raised")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("run", help="execute one notebook headless at a size")
-    p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
-    p.add_argument("--size", default="cpu", help="ci | cpu | gpu | rehearsal (default cpu; see `longctx list`)")
-    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="override a notebook parameter")
-    p.add_argument("--out", default=None, help="output folder (default build/<notebook>/)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_run)
+    def command(name, func, help, *parents):
+        p = sub.add_parser(name, help=help, parents=parents)
+        p.set_defaults(func=func)
+        return p
 
-    p = sub.add_parser("sweep", help="run a notebook over a parameter grid (resumable), then tabulate")
+    p = command("run", _cmd_run, "execute one notebook headless at a size", size, param, out, quiet)
+    p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
+
+    p = command("sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, param, out, quiet)
     p.add_argument("notebook")
-    p.add_argument("--size", default="cpu")
     p.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
-    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="a fixed override for every point")
     p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
     p.add_argument("--executor", default="local", help="local | slurm | slurm-local | slurm-debug (submitit)")
     p.add_argument("--jobs", type=int, default=1, help="local executor: points run at once")
     p.add_argument("--partition", default=None, help="SLURM partition")
     p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
     p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
-    p.add_argument("--out", default=None, help="sweep folder (default build/sweeps/<notebook>-<size>/)")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=_cmd_sweep)
 
-    p = sub.add_parser("figures", help="regenerate every guide figure into one folder, with an index page")
-    p.add_argument("--size", default="cpu")
-    p.add_argument("--out", default=None, help="folder (default build/figures/<size>/)")
-    p.add_argument("--force", action="store_true", help="write into a folder that holds other files (kept)")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=_cmd_figures)
-
-    p = sub.add_parser("pretrain", help="train the YaRN lesson's base model (default: data/yarn-base)")
-    p.add_argument("--out", default=None, help="folder for the model (default: the committed data/yarn-base)")
-    p.add_argument("--force", action="store_true", help="replace the model files in a folder that holds a model")
-    p.add_argument("--preset", default=None)
-    p.add_argument("--rope-theta", dest="rope_theta", type=float, default=None)
-    p.add_argument("--seq-len", dest="seq_len", type=int, default=None, help="the trained length")
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--learning-rate", dest="learning_rate", type=float, default=None)
-    p.add_argument("--warmup-steps", dest="warmup_steps", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=_cmd_pretrain)
-
-    p = sub.add_parser("all", help="execute every notebook at a size (the main job)")
+    command("figures", _cmd_figures, "regenerate every guide figure into one folder, with an index page", size, out, force, quiet)
+    p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
+    for key, value in BASE.items():
+        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
+    p = command("all", _cmd_all, "execute every notebook at a size (the main job)", size, quiet)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
-    p.add_argument("--size", default="cpu")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=_cmd_all)
 
-    p = sub.add_parser("estimate", help="estimate a training step's memory on fake tensors (no allocation)")
-    p.add_argument("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
-    p.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
+    p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)
     p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
     p.add_argument("--no-checkpointing", action="store_true", help="keep every activation (no recomputation)")
     p.add_argument("--offload", action="store_true", help="offload checkpointed layer inputs to host memory")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
-    p.add_argument(
-        "--mixed-precision",
-        action="store_true",
-        help="fp32 master weights and optimizer state, bf16 compute (FSDP2; needs --cp-size > 1)",
-    )
-    # the choices are checked (and listed) by the estimator itself, which this parser does not import
-    p.add_argument(
-        "--device", default="cuda", help="whose kernels the step runs: cuda (default; the GPU's, emulated on fake tensors) or cpu"
-    )
-    p.add_argument(
-        "--optim",
-        default="fused",
-        help="AdamW implementation: fused (the Trainer's default adamw_torch_fused), foreach, for-loop",
-    )
-    p.add_argument("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
-    p.add_argument(
-        "--gpu",
-        default=None,
-        help="say whether the peak fits a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200) or a number "
-        "of GiB, and what the estimate does not count",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_estimate)
+    # the choices below are checked (and listed) by the estimator itself, which this parser does not import
+    p.add_argument("--device", default="cuda", help="whose kernels the step runs: cuda (emulated on fake tensors) or cpu")
+    p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")
+    p.add_argument("--gpu", default=None, help=f"say whether the peak fits {CARDS}, and what is not counted")
 
-    p = sub.add_parser("plan", help="add the levers one by one until a sequence fits the GPUs")
-    p.add_argument("--model", required=True, help="preset or config.json path (any model family)")
-    p.add_argument("--seq-len", required=True, help="tokens: 98304, 96k, 1M")
+    p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
-    p.add_argument(
-        "--gpu",
-        "--gpu-memory",
-        dest="gpu",
-        default="H100-80GB",
-        help="each GPU: a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) "
-        "or a number of GiB (default H100-80GB)",
-    )
-    p.add_argument("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2)")
-    p.add_argument(
-        "--attn", default="sdpa", help="attn_implementation of the one-GPU steps: sdpa, flash_attention_2, eager (CP runs sdpa)"
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_cmd_plan)
+    p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB", help=f"each GPU: {CARDS} (default H100-80GB)")
 
-    p = sub.add_parser("list", help="the notebooks, their sizes and what each size needs")
+    p = command("list", _cmd_list, "the notebooks, their sizes and what each size needs")
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
-    p.set_defaults(func=_cmd_list)
-    sub.add_parser("presets", help="the model presets").set_defaults(func=_cmd_presets)
-    p = sub.add_parser("site", help="a static HTML site of the executed lessons (nothing is run)")
-    p.add_argument("--size", default="cpu", help="the runs to publish: those `longctx run`/`make` made at this size")
-    p.add_argument("--out", default=None, help="folder (default build/site/<size>/); replaced whole on a rebuild")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=_cmd_site)
-    p = sub.add_parser("lab", help="JupyterLab on the lessons: no news pop-up, this environment's kernel")
+    command("presets", _cmd_presets, "the model presets")
+    command("site", _cmd_site, "a static HTML site of the lessons as `longctx run`/`make` ran them", size, out, quiet)
+    p = command("lab", _cmd_lab, "JupyterLab on the lessons: no news pop-up, this environment's kernel")
     p.add_argument("folder", nargs="?", default=None, help="folder to open (default: the notebooks)")
     p.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="after --: options for JupyterLab itself")
-    p.set_defaults(func=_cmd_lab)
-    p = sub.add_parser("data", help="fetch the corpus (hash checked), train the tokenizer, verify what is on disk")
-    p.add_argument("--verify", action="store_true", help="only check the archive, books, tokenizer and token caches")
-    p.add_argument("--force", action="store_true", help="unpack the corpus again from the verified archive")
-    p.set_defaults(func=_cmd_data)
+    p = command("data", _cmd_data, "fetch the corpus (hash checked), build the tokenizer and caches, verify them", force)
+    p.add_argument("--verify", action="store_true", help="only check what is on disk against data/manifest.json")
     return parser
 
 
-def signal_default_pipe() -> None:
-    """`longctx list | head -1`: end quietly when the reader goes away, as command-line tools do."""
+def main(argv: list[str] | None = None) -> int:
     import signal
 
-    if hasattr(signal, "SIGPIPE"):
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
-        signal_default_pipe()
+        if hasattr(signal, "SIGPIPE"):  # `longctx list | head -1` ends quietly, as command-line tools do
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
@@ -363,11 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         import logging
 
         logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
-        print(
-            "longctx: interrupted. Finished work is kept (a sweep's finished points, a run's earlier outputs); "
-            "run the same command again to go on.",
-            file=sys.stderr,
-        )
+        kept = "Finished work is kept (a sweep's finished points, a run's earlier outputs); run the same command again to go on"
+        print(f"longctx: interrupted. {kept}.", file=sys.stderr)
         return 130
     except LongctxError as exc:
         if args.debug:
@@ -381,21 +287,14 @@ def main(argv: list[str] | None = None) -> int:
 
         if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or args.debug:
             raise
-        _discard_stdout()
+        try:  # what stdout still holds goes nowhere, so the interpreter's last flush does not fail a second time
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         where = f" {exc.filename}" if exc.filename else " the output"
         print(f"longctx: error: could not write{where}: {exc.strerror}. Free space or write elsewhere.", file=sys.stderr)
         return 1
     return 0
-
-
-def _discard_stdout() -> None:
-    """What stdout still holds goes nowhere, so the interpreter's last flush does not fail a second time."""
-    import os
-
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-"""`longctx lab`: JupyterLab on the lessons, opened the way a learner should first see it: no pop-up asking
-about Jupyter news, no update check, the environment's own kernel (the one `make` installed) as default.
-
-The news and update settings go into a settings file of longctx's own under the environment's JupyterLab
-`settings/overrides.d/` (JupyterLab reads every file there, after its defaults and before the reader's own
-choices), so neither the user's overrides.json nor any setting they changed is touched."""
+"""`longctx lab`: JupyterLab on the lessons with no pop-up about Jupyter news, no update check, and the environment's
+own kernel as default. The settings go into longctx's own file under the environment's JupyterLab
+`settings/overrides.d/` (read after JupyterLab's defaults, before the user's choices), so no setting of theirs is
+touched."""
 
 from __future__ import annotations
 
@@ -40,12 +38,5 @@ def write_settings(prefix: str | Path = sys.prefix) -> Path:
 
 def command(root: str | Path, *extra: str) -> list[str]:
     """The JupyterLab command line for the notebooks under `root`."""
-    return [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        *SERVER_FLAGS,
-        f"--ServerApp.root_dir={Path(root).resolve()}",
-        *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        *extra,
-    ]
+    as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    return [sys.executable, "-m", "jupyterlab", *SERVER_FLAGS, f"--ServerApp.root_dir={Path(root).resolve()}", *as_root, *extra]
