@@ -400,3 +400,19 @@ def test_explore_redraws_the_estimate_when_a_control_changes():
     checkpointing = next(c for row in box.children[:2] for c in row.children if c.description == "checkpointing")
     checkpointing.value = False  # offload without checkpointing: the refusal is shown, not raised
     assert "needs gradient checkpointing" in box.state["error"]
+
+
+def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):
+    from transformers import MistralConfig
+
+    MistralConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        vocab_size=256, sliding_window=256,
+    ).save_pretrained(tmp_path)  # fmt: skip
+    assert main(["estimate", "--model", str(tmp_path / "config.json"), "--seq-len", "2k"]) == 0
+    out = capsys.readouterr().out
+    masked = estimate(str(tmp_path / "config.json"), 2048)
+    flash = estimate(str(tmp_path / "config.json"), 2048, attn_implementation="flash_attention_2")
+    assert masked.meta["attention_mask_gib"] > 0 and flash.meta["attention_mask_gib"] == 0
+    assert f"masks of {masked.meta['attention_mask_gib']:.2f} GiB" in out
+    assert f"peaks at {flash.peak_gib:.2f} GiB, {masked.peak_gib - flash.peak_gib:.2f} GiB less" in out

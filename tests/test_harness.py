@@ -552,7 +552,7 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         (lambda t, m: ["run", "00", "--size", "ci", "--out", str(t / "new\nline")], "holds '\\\\n': a line break"),
         (lambda t, m: ["estimate", "--model", _folder(t, "empty"), "--seq-len", "1k"], "has no config.json"),
         (lambda t, m: ["estimate", "--model", _write(t, "list.json", "[1, 2]"), "--seq-len", "1k"], "holds a JSON list, not an"),
-        (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576, over"),
+        (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576: over"),
         (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "use at most 524,288 ranks"),
         (lambda t, m: ["estimate", "--model", _dev_zero_config(t), "--seq-len", "1k"], "config.json is not a regular file"),
         (

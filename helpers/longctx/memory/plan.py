@@ -67,6 +67,7 @@ def plan(
     gpu_memory_gib: float,
     mixed_precision: bool = False,
     attn_implementation: str = "sdpa",
+    exact: bool = False,
     workers: int = 2,
     progress: bool = True,
 ) -> dict:
@@ -88,7 +89,12 @@ def plan(
             (
                 model,
                 seq_len,
-                dict(kw, mixed_precision=mixed_precision and cp, attn_implementation="sdpa" if cp else attn_implementation),
+                dict(
+                    kw,
+                    mixed_precision=mixed_precision and cp,
+                    attn_implementation="sdpa" if cp else attn_implementation,
+                    exact=exact,
+                ),
             )
         )
     results = children.pool_map(_estimate, calls, workers, tqdm(total=len(calls), desc="plan: estimates", disable=not progress))

@@ -137,7 +137,7 @@ def _cmd_estimate(args) -> None:
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
-    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim")  # named alike in both
+    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact")  # named alike
     kwargs = {k: getattr(args, k) for k in same}
     length = parse_length(args.seq_len)
     profile = estimate(args.model, length, checkpointing=not args.no_checkpointing, attn_implementation=args.attn, **kwargs)
@@ -158,13 +158,19 @@ def _cmd_estimate(args) -> None:
     )
     if summary["attention_mask_gib"] > 0:
         window = summary["sliding_window"]
-        print(
-            f"note: {summary['attention_mask_gib']:.2f} GiB of the step are (sequence × sequence) attention masks "
-            f"that transformers builds for {args.attn}"
-            + (f" (sliding window of {window:,} tokens)" if window else "")
-            + "; with them the GPU also leaves the flash kernel for the masked one. --attn flash_attention_2 "
-            "builds none: estimate with it to see the difference."
+        note = (
+            f"note: transformers builds (sequence × sequence) attention masks of {summary['attention_mask_gib']:.2f} GiB "
+            f"for {args.attn}" + (f" (sliding window of {window:,} tokens)" if window else "")
         )
+        if args.device == "cuda" and args.dtype != "fp32" and args.cp_size == 1:  # the same step without them, traced
+            flash = estimate(
+                args.model, length, checkpointing=not args.no_checkpointing, attn_implementation="flash_attention_2", **kwargs
+            )
+            note += (
+                f", and leaves the flash kernel for the masked one: the same step with --attn flash_attention_2 (no "
+                f"masks) peaks at {flash.peak_gib:.2f} GiB, {summary['peak_gib'] - flash.peak_gib:.2f} GiB less"
+            )
+        print(note + ".")
     if args.gpu is not None:
         print(f"{args.gpu}: {summary['fit']}")
 
@@ -175,6 +181,7 @@ def _cmd_plan(args) -> None:
 
     gib, how = cards.capacity(args.gpu)
     kwargs = dict(gpus=args.gpus, gpu_memory_gib=gib, mixed_precision=args.mixed_precision, attn_implementation=args.attn)
+    kwargs["exact"] = args.exact
     result = plan(args.model, parse_length(args.seq_len), progress=True, **kwargs)  # progress on stderr: --json stays JSON
     result["capacity"] = how
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
@@ -241,10 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda", help="whose kernels the step runs: cuda (emulated on fake tensors) or cpu")
     p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")
     p.add_argument("--gpu", default=None, help=f"say whether the peak fits {CARDS}, and what is not counted")
+    p.add_argument("--exact", action="store_true", help="trace every layer (default: 3 and 4 layers, extended; the same bytes)")
 
     p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
     p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB", help=f"each GPU: {CARDS} (default H100-80GB)")
+    p.add_argument("--exact", action="store_true", help="trace every layer of every step")
 
     p = command("list", _cmd_list, "the notebooks, their sizes and what each size needs")
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
