@@ -1,12 +1,8 @@
-"""Estimate a full-size training step's memory without allocating it: the same step as `measure`,
-run on fake tensors (torch's FakeTensorMode: shapes, dtypes and devices, no storage).
-
-The model is built from its config under fake mode, in the training dtype; AdamW's state is created
-by one warm-up step, as in every step after the first; then forward, loss, backward and the
-optimizer step run under the same tracker as the CPU measurement. Activation offload is modelled the
-way transformers implements it (`save_on_cpu` around each checkpointed layer) with the `meta` device
-standing in for host memory, so device and host bytes are counted apart.
-"""
+"""Estimate a full-size training step's memory without allocating it: the same step as `measure`, on fake tensors
+(torch's FakeTensorMode: shapes, dtypes and devices, no storage). The model is built from its config in the training
+dtype; one warm-up step creates AdamW's state; then forward, loss, backward and the optimizer step run under the CPU
+measurement's tracker. Offload is modelled as transformers implements it (`save_on_cpu` around each checkpointed layer),
+the `meta` device standing in for host memory."""
 
 from __future__ import annotations
 
@@ -96,31 +92,47 @@ def check_levers(
     device: str = "cpu",
     optim: str = "fused",
     attn_implementation: str = "sdpa",
+    cp_size: int = 1,
+    mixed_precision: bool = False,
+    fake: bool = True,
 ) -> None:
+    """Refuse, before anything is built, a model or a combination of levers the estimate cannot stand for."""
     check_model(cfg)
-    check_positive_int("seq_len", seq_len)
-    if seq_len * batch > MAX_TOKENS:
-        raise LongctxError(
-            f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} (16 times "
-            "the guide's million-token step); give a shorter sequence or a smaller batch."
-        )
-    check_positive_int("batch", batch)
-    check_choice("loss", loss, LOSSES)
-    check_choice("dtype", dtype, DTYPES)
-    check_choice("device", device, DEVICES)
-    check_choice("optim", optim, OPTIMIZERS)
-    check_choice("attn_implementation", attn_implementation, ATTENTIONS)
-    if attn_implementation == "flash_attention_2" and (device != "cuda" or dtype == "fp32"):
-        raise LongctxError(
-            "FlashAttention-2 runs on CUDA GPUs in bf16/fp16 only: estimate it with device='cuda' "
-            "(--device cuda) and dtype bf16, or pick attn_implementation='sdpa'."
-        )
-    if offload and not checkpointing:
-        raise LongctxError(
-            "Activation offload moves the tensors that checkpointing saves; it needs gradient "
-            "checkpointing on (checkpointing=True: drop --no-checkpointing; or offload=False: drop "
-            "--offload)."
-        )
+    for name, value in (("seq_len", seq_len), ("batch", batch), ("cp_size", cp_size)):
+        check_positive_int(name, value)
+    for name, value, choices in (
+        ("loss", loss, LOSSES),
+        ("dtype", dtype, DTYPES),
+        ("device", device, DEVICES),
+        ("optim", optim, OPTIMIZERS),
+        ("attn_implementation", attn_implementation, ATTENTIONS),
+    ):
+        check_choice(name, value, choices)
+    rules = (
+        (seq_len * batch > MAX_TOKENS, f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} "
+         "(16 times the guide's million-token step); give a shorter sequence or a smaller batch."),
+        (attn_implementation == "flash_attention_2" and (device != "cuda" or dtype == "fp32"), "FlashAttention-2 runs on "
+         "CUDA GPUs in bf16/fp16 only: estimate it with device='cuda' (--device cuda) and dtype bf16, or pick "
+         "attn_implementation='sdpa'."),
+        (offload and not checkpointing, "Activation offload moves the tensors that checkpointing saves; it needs gradient "
+         "checkpointing on (checkpointing=True: drop --no-checkpointing; or offload=False: drop --offload)."),
+        (cp_size & (cp_size - 1), f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
+         "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those."),
+        (cp_size > 1 and not fake, "A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
+         "go through longctx.levers.parallel.launch."),
+        (cp_size > 1 and attn_implementation != "sdpa", "torch's context_parallel splits the sequence by routing "
+         "scaled_dot_product_attention through its ring: a context-parallel step needs attn_implementation='sdpa'."),
+        (mixed_precision and (cp_size == 1 or dtype != "bf16"), "mixed_precision (fp32 master weights, bf16 compute) is "
+         "modelled with FSDP2: use it with cp_size > 1 and dtype='bf16'."),
+        (not fake and device != "cpu", "A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or "
+         "estimate the GPU's step on fake tensors (fake=True)."),
+        (offload and not fake, "A real CPU step has no separate host memory to offload to; estimate it (fake=True)."),
+    )  # fmt: skip
+    broken = next((message for failed, message in rules if failed), None)
+    if broken:
+        raise LongctxError(broken)
+    if cp_size > 1:
+        check_plan(cfg, seq_len, cp_size=cp_size)
 
 
 def _to_host(t):
@@ -158,15 +170,10 @@ def build_step(
     optim: str = "fused",
     attn_implementation: str = "sdpa",
 ):
-    """Model, optimizer (its state already created) and a `step()` closure: forward, loss, backward,
-    optimizer step. Runs the same on real tensors (measure) and under FakeTensorMode (estimate).
-
-    With a device `mesh` the model is sharded with FSDP2 over it (each decoder layer, then the root, as
-    accelerate wraps transformer layers) and the step runs under torch's `context_parallel`, which gives
-    this rank its slice of the sequence and routes attention through the ring. `mixed_precision` keeps
-    fp32 master weights and optimizer state with bf16 compute (FSDP2 MixedPrecisionPolicy), as
-    accelerate's `mixed_precision: bf16` does. `optim` is one of OPTIMIZERS; `attn_implementation` is
-    passed to transformers (flash_attention_2 as compat's stand-in, fake tensors only)."""
+    """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
+    the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
+    decoder layer, then the root, as accelerate wraps them; `mixed_precision` as its `mixed_precision: bf16`) and the
+    step under torch's `context_parallel` (this rank's slice of the sequence, attention through the ring)."""
     from transformers import AutoModelForCausalLM
 
     from longctx import compat
@@ -246,27 +253,6 @@ def build_step(
     return net, optimizer, step
 
 
-def check_cp(cfg, seq_len: int, cp_size: int, *, mixed_precision: bool, fake: bool, dtype: str) -> None:
-    check_positive_int("cp_size", cp_size)
-    if cp_size & (cp_size - 1):
-        raise LongctxError(
-            f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
-            "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those."
-        )
-    if cp_size > 1:
-        check_plan(cfg, seq_len, cp_size=cp_size)
-        if not fake:
-            raise LongctxError(
-                "A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
-                "go through longctx.levers.parallel.launch."
-            )
-    if mixed_precision and (cp_size == 1 or dtype != "bf16"):
-        raise LongctxError(
-            "mixed_precision (fp32 master weights, bf16 compute) is modelled with FSDP2: use it with "
-            "cp_size > 1 and dtype='bf16'."
-        )
-
-
 @contextlib.contextmanager
 def _fake_mesh(cp_size: int):
     """A one-rank view of an N-rank job: torch's fake process group (no communication) and a CPU mesh."""
@@ -309,52 +295,21 @@ def estimate(
     attn_implementation: str = "sdpa",
     exact: bool = False,
 ) -> MemoryProfile:
-    """The MemoryProfile of one training step of `model` (preset, config.json path or config object)
-    on `batch` sequences of `seq_len` tokens, computed on fake tensors. With `fake=False` the very same
-    step runs for real on the CPU (small models only): that is how the estimator is checked.
-
-    `device` says whose kernels the step runs: "cuda" (the default on fake tensors) takes the GPU's side
-    of every device-dependent branch (TRL's Triton head, the CUDA attention kernels; compat.gpu_dispatch),
-    "cpu" (the default, and the only choice, for a real step) the CPU's. `optim` is AdamW's implementation
-    (OPTIMIZERS; the Trainer's default is "fused") and `attn_implementation` transformers' attention.
-
-    With `cp_size=N` the profile is one rank's of an N-GPU context-parallel job (FSDP2 sharding, this
-    rank's slice of the sequence, the ring's buffers), run under torch's fake process group.
-
-    A stack of identical decoder layers is traced at 3 and 4 layers and extended to its depth
-    (memory/repeat.py says why that is exact); `exact=True` traces every layer, as does a CP step."""
+    """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
+    sequences of `seq_len` tokens, on fake tensors; `fake=False` runs the same step for real on the CPU (small models:
+    how the estimator is checked). `device="cuda"` (the default on fake tensors) takes the GPU's side of every
+    device-dependent branch (compat.gpu_dispatch). With `cp_size=N` the profile is one rank's of an N-GPU
+    context-parallel job (FSDP2, this rank's slice of the sequence, the ring's buffers) under a fake process group.
+    Identical decoder layers are traced at 3 and 4 layers and extended (memory/repeat.py says why that is exact);
+    `exact=True` traces every layer, as does a CP step."""
     from longctx import models
 
     device = device or ("cuda" if fake else "cpu")
     cfg = models.config(model) if isinstance(model, str) else model
-    check_levers(
-        cfg,
-        seq_len,
-        loss=loss,
-        checkpointing=checkpointing,
-        offload=offload,
-        dtype=dtype,
-        batch=batch,
-        device=device,
-        optim=optim,
-        attn_implementation=attn_implementation,
-    )
-    check_cp(cfg, seq_len, cp_size, mixed_precision=mixed_precision, fake=fake, dtype=dtype)
-    if cp_size > 1 and attn_implementation != "sdpa":
-        raise LongctxError(
-            "torch's context_parallel splits the sequence by routing scaled_dot_product_attention "
-            "through its ring: a context-parallel step needs attn_implementation='sdpa'."
-        )
-    if not fake and device != "cpu":
-        raise LongctxError(
-            "A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or estimate "
-            "the GPU's step on fake tensors (fake=True)."
-        )
-    if offload and not fake:
-        raise LongctxError("A real CPU step has no separate host memory to offload to; estimate it (fake=True).")
-    layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
     levers.update(optim=optim, attn_implementation=attn_implementation)
+    check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)
+    layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     layers = text.num_hidden_layers
