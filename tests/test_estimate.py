@@ -385,7 +385,7 @@ def test_layers_that_differ_are_traced_whole():
     )  # fmt: skip  (five sliding-window layers, then one of full attention)
     assert not repeat.identical_layers(sliding) and repeat.identical_layers(_qwen3_moe())
     assert estimate(sliding, 256, attn_implementation="eager").meta["method"] == "traced"
-    assert estimate("qwen3-0.6b", 4096, cp_size=2).meta["method"] == "traced"  # FSDP's prefetches cross layers
+    assert estimate("qwen3-0.6b", 4096, cp_size=2).meta["method"] == "traced"  # FSDP2: see estimate()
 
 
 def test_explore_redraws_the_estimate_when_a_control_changes():

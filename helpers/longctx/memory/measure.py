@@ -99,11 +99,13 @@ class TimelineTracker(FrozenParamsMemTracker):
         self.layer_rows = []
 
     def _layer(self) -> int:
-        for name in self._mod_tracker.parents:
-            head, _, index = name.rpartition(".")
-            if index.isdigit() and head.rpartition(".")[2] == "layers":
-                return int(index)
-        return -1
+        # In backward a layer's hooks may fire before the layer above has left: the lower one is running.
+        running = [
+            int(i)
+            for head, _, i in (n.rpartition(".") for n in self._mod_tracker.parents)
+            if i.isdigit() and head.endswith("layers")
+        ]
+        return min(running, default=-1)
 
     def _live_layer_inputs(self) -> int:
         live = set()  # storage addresses: a layer input seen twice (recorded again) counts once
