@@ -10,7 +10,6 @@ relatively, so the site opens from disk (file://) as well as from any static web
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -57,8 +56,7 @@ def build(
 
     check_installed()
     check_choice("size", size, harness.SIZES)
-    # new, empty, or a site this command built with nothing added since (its marker lists its files)
-    out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)
+    out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
     runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
     figures = Path(figures) if figures else build_dir() / "figures" / size
     with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
@@ -70,7 +68,8 @@ def build(
         problems = broken_links(site)
         if problems:
             raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
-        _replace_folder(site, out)
+        # copied over the last build: its pages are replaced, a file the user added there is kept
+        shutil.copytree(site, files.claim_folder(out, "site"), dirs_exist_ok=True)
     return out
 
 
@@ -232,26 +231,6 @@ def _mkdocs_build(config: Path, progress: bool) -> None:
         raise LongctxError(f"MkDocs could not build the site: {exc}") from None
     finally:
         logging.getLogger("mkdocs").setLevel(level)
-
-
-def _replace_folder(new: Path, out: Path) -> None:
-    """`new` becomes `out`: moved beside it first (same file system), then swapped in; the old site goes
-    only once the new one is in place. `out` is new, empty, or a site this command built."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    shutil.copytree(new, staged, dirs_exist_ok=True)
-    files.mark_claimed(staged, "site", _files(staged))  # so the next build may replace it, and only it
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(staged, out)
-    if old is not None:
-        shutil.rmtree(old)
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
 
 
 class _Links(HTMLParser):

@@ -1,17 +1,13 @@
 """Parameter sweeps over a notebook: every point of a grid executed through papermill into its own folder.
 
-- Resumable: a point is done when its folder holds `point.json` with the point's key — a hash of
-  everything that determines its result (notebook, size, every parameter after overrides, library
-  versions); a re-run skips it, a changed setting runs anew in its own folder. A point runs in a temporary
-  folder renamed into place only when it finished, so an interrupted sweep leaves no half result (the next
-  run on the same host removes temporaries whose process has gone).
-- An out-of-memory failure is a result (status "oom", recorded and never re-run); any other failure is
-  recorded as "error" and retried by the next run.
-- Executors: "local" (one point at a time, or a small process pool with `jobs`), and SLURM through
-  submitit ("slurm"; "slurm-local" / "slurm-debug" run submitit's local and in-process executors, the
-  way to test a submission without a cluster).
-- At the end: one CSV table (grid values, status, every scalar of results.json) and one plot of a chosen
-  metric against the first grid key.
+- Resumable: a point is done when its folder holds `point.json` with the point's key (a hash of the
+  notebook's source, its parameters after overrides, the library versions, the machine and the data's
+  identity); a changed setting runs anew in its own folder. A point runs in a temporary folder renamed into
+  place when it finished: an interrupted sweep leaves no half result.
+- Out of memory is a result (status "oom", never re-run); any other failure is an "error", retried next run.
+- Executors: "local" (`jobs` points at once), and SLURM through submitit ("slurm"; "slurm-local" /
+  "slurm-debug" rehearse a submission without a cluster).
+- At the end: one CSV table (grid values, status, every scalar of results.json) and a plot of one metric.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from longctx import children, files, versions
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
-from longctx.units import MIB
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 MAX_POINTS = 10_000
@@ -46,8 +41,6 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
     from longctx.run.harness import parse_value, split_top_level
 
-    if not items:
-        raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
     grid: dict[str, list] = {}
     for item in items:
         if "=" not in item:
@@ -103,14 +96,20 @@ class Sweep:
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
         self.out = files.claim_folder(self.out or default, "sweep", default=default, write=False)
 
-        self._versions = {k: v for k, v in versions().items() if k != "device"}
-        self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
-        package = Path(__file__).parent  # the helper library's own code and the scripts notebooks launch
-        code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
+        self._versions = {k: v for k, v in versions().items() if k != "device"} | _more_versions()
+        # the helper library's own code (the whole package) and the scripts notebooks launch
+        code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
         self._versions["longctx_source"] = hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
-
-        self._data = _fingerprint(data_dir())  # corpus, tokenizer, token caches, parquet copy, base model: read once
+        # `longctx data` records the SHA-256 of every file it writes in data/manifest.json, rewritten on a rebuild;
+        # the sizes and times of those files catch an edit by hand. No data file is read.
+        manifest = data_dir() / "manifest.json"
+        raw = manifest.read_bytes() if manifest.is_file() else b"{}"
+        try:
+            listed = dict(json.loads(raw))
+        except (TypeError, ValueError):  # damaged: its own hash still names this state, and `longctx data --verify` says so
+            listed = {}
+        self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), listed)]
 
     def points(self) -> list[dict]:
         keys = list(self.grid)
@@ -139,15 +138,14 @@ class Sweep:
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     def _inputs(self, point: dict) -> dict:
-        """Fingerprints of the local files a point reads: model folders and datasets its parameters name
-        (the base model for "base"), and the data folder. Replaced weights or edited data make a new experiment."""
+        """The identity of the local files a point reads: model folders and datasets its parameters name (the
+        base model for "base"), and data/. Replaced weights or edited data make a new experiment."""
         from longctx.levers.base_model import checkpoint_dir
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
-        found = {k: _fingerprint(p) for k, p in paths.items() if p.exists()}
-        found["data"] = self._data
-        return found
+        found = {k: _stats(p, p.rglob("*")) if p.is_dir() else _stats(p.parent, [p.name]) for k, p in paths.items() if p.exists()}
+        return found | {"data": self._data}
 
     def folder(self, point: dict) -> Path:
         # readable grid values, then the key: two points never share a folder, a changed setting gets a new one
@@ -172,42 +170,27 @@ def _more_versions() -> dict:
     return found
 
 
-def _fingerprint(path: Path) -> str:
-    """A file's or a folder's identity: names, sizes and modification times, and the bytes of small files."""
-    if not path.exists():
-        return "absent"
-    files = (
-        [path]
-        if path.is_file()
-        else sorted(
-            p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        )
-    )
-    digest = hashlib.sha256()
-    for f in files:
-        stat = f.stat()
-        digest.update(f"{f.relative_to(path) if f != path else f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-        if stat.st_size < 8 * MIB:
-            digest.update(f.read_bytes())
-    return digest.hexdigest()[:16]
+def _stats(root: Path, names) -> list:
+    """Each file's name under `root`, size and modification time (hidden ones aside: a hub cache's locks);
+    no file is read, so a model of gigabytes costs nothing, and replacing or editing a file changes it."""
+    paths = sorted(root / name for name in names)
+    visible = [p for p in paths if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)]
+    return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in visible]
 
 
 def is_done(folder: Path, key: str | None = None) -> bool:
     """The point in `folder` finished (ok, or out of memory), under `key` when one is given."""
-    marker = folder / "point.json"
-    if not marker.is_file():  # absent, or not a file that can be read without blocking (a FIFO)
-        return False
-    record = _read_record(marker)
+    record = _read_record(folder)
     return record.get("status") in ("ok", "oom") and (key is None or record.get("key") == key)
 
 
-def _read_record(marker: Path) -> dict:
-    """A point's record; a damaged one reads as not finished (the point runs again)."""
-    try:
-        record = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return {"status": "damaged"}
-    return record if isinstance(record, dict) else {"status": "damaged"}
+def _read_record(folder: Path) -> dict:
+    """A point's record; one absent, damaged or not a regular file (a FIFO would block) reads as not finished."""
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads((folder / "point.json").read_text()) if (folder / "point.json").is_file() else None
+        if isinstance(record, dict):
+            return record
+    return {"status": "missing"}
 
 
 def _tmp_name(folder: Path) -> Path:
@@ -231,7 +214,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
 
     folder = Path(folder)
     if is_done(folder, key):
-        return _read_record(folder / "point.json")
+        return _read_record(folder)
     runner = runner or harness.run
     tmp = _tmp_name(folder)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -251,15 +234,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     return record
 
 
-def run(
-    sweep: Sweep,
-    *,
-    executor: str = "local",
-    jobs: int = 1,
-    slurm: dict | None = None,
-    metric: str | None = None,
-    progress: bool = True,
-) -> Path:
+def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, metric: str | None = None, progress=True) -> Path:
     """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
     check_choice("executor", executor, EXECUTORS)
     if slurm and executor == "local":
@@ -293,29 +268,15 @@ def run(
 
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
-    _check_layout(sweep.out)
+    for name, folder in (("points", True), ("source", True), ("submitit", True), (".lock", False), ("sweep.csv", False)):
+        if (sweep.out / name).exists() and (sweep.out / name).is_dir() != folder:  # it would fail half-way
+            raise LongctxError(
+                f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
+                "away (or give --out another folder). Nothing was run."
+            )
     files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
     with _only_sweep_on(sweep.out):
         return _run_locked(sweep, executor, jobs, slurm, metric, progress)
-
-
-def _check_layout(out: Path) -> None:
-    """What a sweep writes in its folder, each of the kind it writes (a folder where a file goes, or a FIFO
-    where a record is read, would fail half-way or hang): refused before any point runs."""
-    kinds = {"points": "folder", "source": "folder", "submitit": "folder", ".lock": "file", "sweep.csv": "file"}
-    for name, kind in kinds.items():
-        path = out / name
-        if path.exists() or path.is_symlink():
-            if path.is_symlink() or (kind == "folder") != path.is_dir() or (kind == "file" and not path.is_file()):
-                raise LongctxError(
-                    f"{path} should be a {kind} that the sweep writes; move it away (or give --out "
-                    "another folder). Nothing was run."
-                )
-    for record in (out / "points").glob("*/point.json") if (out / "points").is_dir() else []:
-        if not record.is_file():
-            raise LongctxError(
-                f"{record} is not a regular file (a point's record); remove it and its point runs again. Nothing was run."
-            )
 
 
 @contextlib.contextmanager
@@ -348,7 +309,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
-    finished = [_read_record(sweep.folder(p) / "point.json") for p in sweep.points() if p not in todo]
+    finished = [_read_record(sweep.folder(p)) for p in sweep.points() if p not in todo]
     _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
@@ -430,11 +391,8 @@ def table(sweep: Sweep) -> list[dict]:
     """One row per point, in grid order: grid values, status, and every scalar result."""
     rows = []
     for point in sweep.points():
-        marker = sweep.folder(point) / "point.json"
-        record = _read_record(marker) if marker.exists() else {"status": "missing"}
-        row = dict(point)
-        row["status"] = record.get("status")
-        row["seconds"] = record.get("seconds")
+        record = _read_record(sweep.folder(point))
+        row = {**point, "status": record.get("status"), "seconds": record.get("seconds")}
         _scalars("", record.get("results", {}), row)
         rows.append(row)
     return rows
