@@ -19,17 +19,20 @@ import itertools
 import json
 import math
 import os
+import platform
 import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longctx import children, files, versions
+from longctx import children, files
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
+# the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the executors
+LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
 OOM_NAMES = ("OutOfMemoryError", "MemoryError", "OutOfMemoryKill")  # the last: harness.OOM_KILLED
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
@@ -85,21 +88,17 @@ class Sweep:
         count = math.prod(len(v) for v in self.grid.values())
         if count > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
-        declared = declared_parameters(path)
-        for key in self.grid:
-            if key not in declared:
-                raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: {', '.join(declared)}.")
-        self._base = size_params(path, self.size)
-        self._defaults = declared
-        for point in self.points():  # every point's types, before anything runs
+        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)
+        for point in self.points():  # every point's names, types and ranges, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
         self.out = files.claim_folder(self.out or default, "sweep", default=default, write=False)
 
-        self._versions = {k: v for k, v in versions().items() if k != "device"} | _more_versions()
-        # the helper library's own code (the whole package) and the scripts notebooks launch
-        code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
-        self._versions["longctx_source"] = hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
+        code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
+        self._versions = {name: _version(name) for name in LIBRARIES} | {
+            "python": platform.python_version(),
+            "longctx_source": hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16],
+        }
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
         # `longctx data` records the SHA-256 of every file it writes in data/manifest.json, rewritten on a rebuild;
         # the sizes and times of those files catch an edit by hand. No data file is read.
@@ -121,20 +120,11 @@ class Sweep:
         return {**self._defaults, **self._base, **self.fixed, **point}
 
     def key(self, point: dict) -> str:
-        """What determines the point's result — notebook, size, every parameter, library versions — hashed.
-        A finished point is reused only under the same key."""
+        """What determines the point's result, hashed: a finished point is reused only under the same key."""
         if self.machine is None:
             here = machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
-        identity = {
-            "notebook": self.notebook,
-            "size": self.size,
-            "params": self.params(point),
-            "versions": self._versions,
-            "source": self._source,
-            "inputs": self._inputs(point),
-            "machine": self.machine,
-        }
+        identity = [self.notebook, self.size, self.params(point), self._versions, self._source, self._inputs(point), self.machine]
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     def _inputs(self, point: dict) -> dict:
@@ -156,18 +146,13 @@ class Sweep:
         return [p for p in self.points() if not is_done(self.folder(p), self.key(p))]
 
 
-def _more_versions() -> dict:
-    """Versions of the other libraries a point's result can depend on, and Python's."""
-    import platform
+def _version(dist: str) -> str:
     from importlib import metadata
 
-    found = {"python": platform.python_version()}
-    for dist in ("peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill", "accelerate", "submitit"):
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = "absent"
-    return found
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 def _stats(root: Path, names) -> list:
@@ -239,11 +224,11 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     check_choice("executor", executor, EXECUTORS)
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
-    for flag, key, low in (("--time", "time", 1), ("--gpus", "gpus", 0)):
-        value = (slurm or {}).get(key)
+    slurm = slurm or {}
+    for name, low, unit in (("time", 1, "minutes"), ("gpus", 0, "GPUs")):
+        value = slurm.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            unit = "minutes per point" if key == "time" else "GPUs per point"
-            raise LongctxError(f"{flag} must be a whole number ≥ {low} ({unit}), got {value!r}.")
+            raise LongctxError(f"--{name} must be a whole number ≥ {low} ({unit} per point), got {value!r}.")
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
     if executor != "local":
@@ -259,13 +244,14 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
             f"got {jobs!r} (each job runs a notebook kernel of its own)."
         )
     if executor == "slurm" and sweep.machine is None:
-        sweep.machine = f"slurm partition={(slurm or {}).get('partition')} gpus={(slurm or {}).get('gpus', 0)}"
+        sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
+    from filelock import FileLock, Timeout
+
     from longctx.data import require_corpus
+    from longctx.run import needs
 
     require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
-        from longctx.run import needs
-
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
     for name, folder in (("points", True), ("source", True), ("submitit", True), (".lock", False), ("sweep.csv", False)):
@@ -275,27 +261,17 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
                 "away (or give --out another folder). Nothing was run."
             )
     files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
-    with _only_sweep_on(sweep.out):
-        return _run_locked(sweep, executor, jobs, slurm, metric, progress)
-
-
-@contextlib.contextmanager
-def _only_sweep_on(folder: Path):
-    """One sweep at a time on a folder: a second one is refused while the first runs (filelock's OS lock,
-    released even when the first is killed)."""
-    from filelock import FileLock, Timeout
-
-    try:
-        with FileLock(folder / ".lock", timeout=0):
-            yield
+    try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
+        with FileLock(sweep.out / ".lock", timeout=0):
+            return _run_locked(sweep, executor, jobs, slurm, metric, progress)
     except Timeout:
         raise LongctxError(
-            f"Another sweep is running on {folder}; wait for it (its finished points will be "
-            "reused), or give this one another --out."
+            f"Another sweep is running on {sweep.out}; wait for it (its finished points will be reused), or give "
+            "this one another --out."
         ) from None
 
 
-def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metric: str | None, progress: bool) -> Path:
+def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str | None, progress: bool) -> Path:
     from tqdm.auto import tqdm
 
     points_dir = sweep.out / "points"
@@ -318,7 +294,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
         children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
     else:
-        _run_submitit(sweep, calls, executor, slurm or {}, progress)
+        _run_submitit(sweep, calls, executor, slurm, progress)
     return write_table(sweep, metric)
 
 
@@ -392,9 +368,8 @@ def table(sweep: Sweep) -> list[dict]:
     rows = []
     for point in sweep.points():
         record = _read_record(sweep.folder(point))
-        row = {**point, "status": record.get("status"), "seconds": record.get("seconds")}
-        _scalars("", record.get("results", {}), row)
-        rows.append(row)
+        rows.append({**point, "status": record.get("status"), "seconds": record.get("seconds")})
+        _scalars("", record.get("results", {}), rows[-1])
     return rows
 
 
@@ -434,9 +409,7 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
         for r in members:
             if r["status"] in ("oom", "error", "died"):
                 ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom")
-    ax.set_xlabel(first)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{sweep.notebook} ({sweep.size}) sweep")
+    ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
     return ax
