@@ -29,16 +29,13 @@ def mark_claimed(folder: Path, command: str) -> None:
     _marker(folder, command).write_text(MARK)
 
 
-def _marked(folder: Path, command: str) -> bool:
-    marker = _marker(folder, command)
-    with contextlib.suppress(OSError):  # a FIFO or a link is no marker, and is never read
-        return marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
-    return False
-
-
-def _present(out: Path, command: str) -> list[str]:
-    """The names in `out` other than the command's marker."""
-    return sorted(p.name for p in out.iterdir() if p.name != _marker(out, command).name) if out.exists() else []
+def _look(out: Path, command: str) -> tuple[list[str], bool]:
+    """The names in `out` besides the command's marker, and whether the marker is there as the command wrote it
+    (a FIFO or a link of that name is none, and is never read)."""
+    marker, marked = _marker(out, command), False
+    with contextlib.suppress(OSError):
+        marked = marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
+    return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked
 
 
 def _shown(names) -> str:
@@ -79,8 +76,8 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
     `force` those files are kept beside the command's, and a file of the user's with a name of `writes` is
     still refused — unless `replace_own=False`, where `force` is the explicit ask to replace it (a model)."""
     out = _writable(out)
-    present = _present(out, command)
-    foreign = [name for name in present if not (name in writes and _marked(out, command))]
+    present, marked = _look(out, command)
+    foreign = [name for name in present if not (marked and name in writes)]
     if present and not replace_own and not force:
         raise LongctxError(
             f"{out} is not empty ({_shown(present)}). Choose a new folder, or pass --force to replace the files "
@@ -105,8 +102,8 @@ def claim_folder(out: str | Path, command: str, *, default: Path | None = None, 
     empty, the command's default (callers check its contents), or one it wrote before; anything else is
     refused. With `write`, creates it and writes the marker."""
     out = _writable(out)
-    mine = _marked(out, command) or (default is not None and out == user_path(default, resolve=True))
-    if (present := _present(out, command)) and not mine:
+    present, marked = _look(out, command)
+    if present and not marked and (default is None or out != user_path(default, resolve=True)):
         raise LongctxError(
             f"{out} holds files `longctx {command}` did not write ({_shown(present)}). Give --out a new or empty "
             "folder (or one this command wrote before); nothing in it was touched."

@@ -111,8 +111,7 @@ class Sweep:
         self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), listed)]
 
     def points(self) -> list[dict]:
-        keys = list(self.grid)
-        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        return [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
 
     def params(self, point: dict) -> dict:
         """Every parameter the point runs with: the notebook's defaults, the size's, the fixed overrides, the
@@ -334,23 +333,13 @@ def _submitit():
 
 
 def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
-    submitit = _submitit()
     from tqdm.auto import tqdm
 
-    cluster = {"slurm": "slurm", "slurm-local": "local", "slurm-debug": "debug"}[executor]
-    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=cluster)
-    params = {"timeout_min": int(slurm.get("time", 60)), "name": f"longctx-{sweep.notebook}"}
-    if executor == "slurm":
-        params.update(
-            slurm_partition=slurm.get("partition"),
-            gpus_per_node=int(slurm.get("gpus", 0)),
-            slurm_array_parallelism=int(slurm.get("parallel", 16)),
-        )
-        params = {k: v for k, v in params.items() if v is not None}
-    ex.update_parameters(**params)
-    if not calls:
-        return
-    jobs = ex.map_array(run_point, *zip(*calls))  # one array job, one task per point
+    ex = _submitit().AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
+    ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
+    # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
+    ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
+    jobs = ex.map_array(run_point, *zip(*calls)) if calls else []  # one array job, one task per point
     for job in tqdm(jobs, desc=f"sweep {sweep.notebook} ({executor})", disable=not progress):
         job.result()
 
@@ -376,14 +365,11 @@ def table(sweep: Sweep) -> list[dict]:
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     from longctx.notebook import jsonable
 
-    rows = table(sweep)
-    columns = list(dict.fromkeys(k for row in rows for k in row))
-    path = sweep.out / "sweep.csv"
+    rows, path = table(sweep), sweep.out / "sweep.csv"
     with files.atomic(path) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+        writer.writerows({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in rows)
     if metric:
         plot_metric(sweep, rows, metric)
     return path
