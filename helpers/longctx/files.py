@@ -62,10 +62,7 @@ def _writable(out: str | Path) -> Path:
     if out.exists() and not out.is_dir():
         raise LongctxError(f"{out} is a file, not a folder; choose a folder for the output.")
     parent = out if out.exists() else next((p for p in out.parents if p.exists()), Path("/"))
-    read_only = False
-    with contextlib.suppress(OSError):
-        read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or read_only:
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):  # EROFS too, even for root
         raise LongctxError(f"{parent} is not a writable folder; choose another output folder.")
     return out
 

@@ -54,9 +54,7 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
     with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
         docs, site = Path(tmp) / "docs", Path(tmp) / "site"
         nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
-        config = Path(tmp) / "mkdocs.yml"
-        config.write_text(json.dumps(_config(size, docs, site, nav), indent=2))  # YAML reads JSON
-        _mkdocs_build(config, progress)
+        _mkdocs(size, docs, site, nav, progress)
         if problems := broken_links(site):
             raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
         # copied over the last build: its pages are replaced, a file the user added there is kept
@@ -138,8 +136,13 @@ def _next(following: str | None, built: bool = False) -> str:
     return f"**Last lesson.** Back to the [index]({'../index.html' if built else '../index.md'})."
 
 
-def _config(size: str, docs: Path, site: Path, nav: list) -> dict:
-    return {
+def _mkdocs(size: str, docs: Path, site: Path, nav: list, progress: bool) -> None:
+    import logging
+
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+
+    config = {
         "site_name": f"longctx lessons ({size} run)",
         "docs_dir": str(docs),
         "site_dir": str(site),
@@ -153,23 +156,16 @@ def _config(size: str, docs: Path, site: Path, nav: list) -> dict:
         ],
         "nav": nav,
     }
-
-
-def _mkdocs_build(config: Path, progress: bool) -> None:
-    import logging
-
-    from mkdocs.commands.build import build as mkdocs_build
-    from mkdocs.config import load_config
-
-    level = logging.getLogger("mkdocs").level
-    if not progress:
-        logging.getLogger("mkdocs").setLevel(logging.ERROR)
+    (docs.parent / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
+    logger = logging.getLogger("mkdocs")
+    level = logger.level
+    logger.setLevel(level if progress else logging.ERROR)
     try:
-        mkdocs_build(load_config(config_file=str(config)))
+        mkdocs_build(load_config(config_file=str(docs.parent / "mkdocs.yml")))
     except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
         raise LongctxError(f"MkDocs could not build the site: {exc}") from None
     finally:
-        logging.getLogger("mkdocs").setLevel(level)
+        logger.setLevel(level)
 
 
 class _Links(HTMLParser):
@@ -178,9 +174,7 @@ class _Links(HTMLParser):
         self.found: list[str] = []
 
     def handle_starttag(self, tag, attrs):
-        for key, value in attrs:
-            if key in ("href", "src") and value:
-                self.found.append(value)
+        self.found += [value for key, value in attrs if key in ("href", "src") and value]
 
 
 def broken_links(site: str | Path) -> list[str]:

@@ -1,14 +1,9 @@
-"""Parameter sweeps over a notebook: every point of a grid executed through papermill into its own folder.
-
-- Resumable: a point is done when its folder holds `point.json` with the point's key (a hash of the
-  notebook's source, its parameters after overrides, the library versions, the machine and the data's
-  identity); a changed setting runs anew in its own folder. A point runs in a temporary folder renamed into
-  place when it finished: an interrupted sweep leaves no half result.
-- Out of memory is a result (status "oom", never re-run); any other failure is an "error", retried next run.
-- Executors: "local" (`jobs` points at once), and SLURM through submitit ("slurm"; "slurm-local" /
-  "slurm-debug" rehearse a submission without a cluster).
-- At the end: one CSV table (grid values, status, every scalar of results.json) and a plot of one metric.
-"""
+"""Parameter sweeps: every point of a grid executed through papermill into its own folder, resumably (a point
+is done when its folder holds `point.json` with its key: see Sweep.key). A point runs in a temporary folder
+renamed into place when it finished, so an interrupted sweep leaves no half result. Out of memory is a result
+("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
+SLURM through submitit ("slurm"; "slurm-local" / "slurm-debug" rehearse a submission without a cluster). At
+the end: one CSV table (grid values, status, every scalar result) and a plot of one metric."""
 
 from __future__ import annotations
 
@@ -119,7 +114,8 @@ class Sweep:
         return {**self._defaults, **self._base, **self.fixed, **point}
 
     def key(self, point: dict) -> str:
-        """What determines the point's result, hashed: a finished point is reused only under the same key."""
+        """What determines the point's result — the notebook's source, its parameters after overrides, the library
+        versions, the machine, the files it reads — hashed: a finished point is reused only under the same key."""
         if self.machine is None:
             here = machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
@@ -177,19 +173,6 @@ def _read_record(folder: Path) -> dict:
     return {"status": "missing"}
 
 
-def _tmp_name(folder: Path) -> Path:
-    # host and PID in the name: only the process that made a temporary folder, or a later run on the same
-    # host once that process has gone, may remove it (two sweeps on one folder leave each other alone)
-    return folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
-
-
-def _is_stale(tmp: Path) -> bool:
-    import psutil
-
-    host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
-    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
-
-
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
     """Execute one point into `folder` atomically and return its record (also written as point.json).
     Safe to call in another process (SLURM job, pool worker)."""
@@ -200,7 +183,9 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     if is_done(folder, key):
         return _read_record(folder)
     runner = runner or harness.run
-    tmp = _tmp_name(folder)
+    # host and PID in the name: only the process that made a temporary folder, or a later run on the same
+    # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
+    tmp = folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
@@ -271,21 +256,21 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
 
 
 def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str | None, progress: bool) -> Path:
+    import psutil
     from tqdm.auto import tqdm
 
-    points_dir = sweep.out / "points"
-    points_dir.mkdir(parents=True, exist_ok=True)
-    for stale in points_dir.glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
-        if _is_stale(stale):
+    (sweep.out / "points").mkdir(parents=True, exist_ok=True)
+    for stale in (sweep.out / "points").glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
+        host, _, pid = stale.name.rpartition(".tmp-")[2].rpartition("-")
+        if host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     todo = sweep.pending()
-    done = len(sweep.points()) - len(todo)
-    if done:
+    if done := len(sweep.points()) - len(todo):
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
-    finished = [_read_record(sweep.folder(p)) for p in sweep.points() if p not in todo]
-    _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
+    # a typo is caught by the points already done, or by the first one below
+    _check_metric(metric, [_read_record(sweep.folder(p)) for p in sweep.points() if p not in todo])
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
             _check_metric(metric, [run_point(*call)])
