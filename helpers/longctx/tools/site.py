@@ -92,8 +92,7 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
             f"writes them into build/figures/{size}/; build the site again afterwards.\n"
         )
     shutil.copyfile(REPO / GLOSSARY, docs / GLOSSARY)
-    ran = {True: f"executed at `{size}`", False: f"not executed at `{size}`"}
-    status = "\n".join(f"| [{name}]({pages[name]}) | {ran[name in runs]} |" for name in names)
+    status = "\n".join(f"| [{name}]({pages[name]}) | {'' if name in runs else 'not '}executed at `{size}` |" for name in names)
     (docs / "index.md").write_text(
         f'!!! note "This site"\n    The lessons as they last ran at the `{size}` size, built by '
         f"`longctx site --size {size}` from the executed notebooks; nothing was run to build it.\n\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -26,7 +27,7 @@ from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
-# the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the executors
+# the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the notebook runner
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
 OOM_NAMES = ("OutOfMemoryError", "MemoryError", "OutOfMemoryKill")  # the last: harness.OOM_KILLED
@@ -215,8 +216,8 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
             raise LongctxError(f"--{name} must be a whole number ≥ {low} ({unit} per point), got {value!r}.")
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
-    if executor != "local":
-        _submitit()
+    if executor != "local" and importlib.util.find_spec("submitit") is None:
+        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install submitit).")
     if executor == "slurm" and shutil.which("sbatch") is None:
         raise LongctxError(
             "--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
@@ -309,18 +310,11 @@ def _run_call(call):
     return run_point(*call)
 
 
-def _submitit():
-    try:
-        import submitit
-    except ImportError:
-        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install submitit).") from None
-    return submitit
-
-
 def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
+    import submitit
     from tqdm.auto import tqdm
 
-    ex = _submitit().AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
+    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
     ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
     # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
     ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
