@@ -33,6 +33,39 @@ def test_a_folder_marked_by_hand_is_one_claim_folder_accepts(tmp_path):
     assert files.claim_folder(folder, "site", write=False) == folder.resolve()
 
 
+@pytest.mark.parametrize(
+    "marker,present,force,refused",
+    [
+        (None, ["draft.tex"], False, r"did not write \(draft.tex\).*--force"),
+        (None, ["draft.tex"], True, None),
+        (None, ["index.md"], True, "files of yours with the names .*index.md.*cannot write there"),
+        (files.MARK, ["index.md"], False, None),
+        (files.MARK, ["index.md", "draft.tex"], False, r"did not write \(draft.tex\)"),
+        ('["x"]', ["index.md"], True, "cannot write there"),
+    ],
+    ids=[
+        "a-users-folder-is-refused",
+        "force-writes-beside-the-users-files",
+        "force-never-replaces-a-users-file-of-a-name-it-writes",
+        "its-own-folder-is-written-again",
+        "its-own-folder-with-a-users-file-is-refused",
+        "a-hand-made-marker-is-no-marker",
+    ],
+)
+def test_an_output_folder_is_new_empty_or_one_the_command_wrote(tmp_path, marker, present, force, refused):
+    for name in present:
+        (tmp_path / name).write_text("the user's")
+    if marker is not None:
+        (tmp_path / ".longctx-figures.json").write_text(marker)
+    writes = {"index.md", "fig.png"}
+    if refused:
+        with pytest.raises(LongctxError, match=refused):
+            files.check_out(tmp_path, "figures", writes=writes, force=force)
+    else:
+        assert files.check_out(tmp_path, "figures", writes=writes, force=force) == tmp_path.resolve()
+    assert all((tmp_path / name).read_text() == "the user's" for name in present)  # nothing touched
+
+
 @pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_command_whose_output_cannot_be_written_says_so_without_a_traceback():
     import subprocess

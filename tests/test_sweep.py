@@ -148,7 +148,6 @@ def test_bad_sweeps_are_refused(grid, fragment):
 @pytest.mark.parametrize(
     "items,fragment",
     [
-        ([], "grid is empty"),
         (["SEQ_LEN"], "KEY=V1,V2"),
         (["SEQ_LEN="], "no values"),
         (["SEQ_LEN=1", "SEQ_LEN=2"], "given twice"),
@@ -416,24 +415,48 @@ def test_edited_data_and_other_library_versions_are_in_the_key(tmp_path, monkeyp
     assert {"peft", "datasets", "tokenizers", "numpy", "python"} <= set(before._versions)
     tokens = copy / "tokens-4096-train.npy"
     arr = np.load(tokens)
-    np.save(tokens, np.random.default_rng(0).permutation(arr))  # same shape and range, other data
+    np.save(tokens, np.random.default_rng(0).permutation(arr))  # edited by hand: the manifest still lists the old one
     after = sweep.Sweep("00", "ci", {"LORA_RANK": [4]}, out=tmp_path / "sw")
     assert after.key(after.points()[0]) != before.key(before.points()[0])
+    manifest = json.loads((copy / "manifest.json").read_text())  # a rebuild by `longctx data` rewrites the manifest
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "tokens-4096-train.npy": "0" * 64}))
+    rebuilt = sweep.Sweep("00", "ci", {"LORA_RANK": [4]}, out=tmp_path / "sw")
+    assert rebuilt.key(rebuilt.points()[0]) != after.key(after.points()[0])
 
 
-def test_a_damaged_sweep_folder_is_refused_before_any_point(tmp_path):
+def test_a_point_key_reads_no_data_file_but_the_manifest(tmp_path, monkeypatch):
+    from longctx.paths import data_dir
+
+    read, original = [], Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or original(self))
+    sw = sweep.Sweep("02", "ci", {"SEED": [1]}, out=tmp_path / "sw")  # its MODEL: the base model in data/
+    sw.key(sw.points()[0])
+    assert [p.name for p in read if data_dir() in p.parents] == ["manifest.json"]
+
+
+def test_a_damaged_sweep_folder_is_refused_before_any_point_and_a_fifo_record_never_blocks(tmp_path):
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path / "sw")
     files.claim_folder(sw.out, "sweep")
     (sw.out / "points").write_text("not a folder")
+    (sw.out / "sweep.csv").mkdir()  # the table would fail only after every point ran
     with pytest.raises(LongctxError, match="points should be a folder that the sweep writes"):
         sweep.run(sw, progress=False)
     (sw.out / "points").unlink()
+    with pytest.raises(LongctxError, match="sweep.csv should be a file that the sweep writes"):
+        sweep.run(sw, progress=False)
+    (sw.out / "sweep.csv").rmdir()
     point = sw.folder(sw.points()[0])
     point.mkdir(parents=True)
-    os.mkfifo(point / "point.json")  # reading it would block forever
-    assert not sweep.is_done(point)
-    with pytest.raises(LongctxError, match="point.json is not a regular file"):
-        sweep.run(sw, progress=False)
+    os.mkfifo(point / "point.json")  # reading it would block forever: it reads as not finished, and runs again
+    assert not sweep.is_done(point) and sweep.table(sw)[0]["status"] == "missing"
+    record = sweep.run_point("01_chunked_loss", "ci", {}, str(point), runner=_finished, key=sw.key(sw.points()[0]))
+    assert record["status"] == "ok" and sweep.is_done(point, record["key"]) and (point / "point.json").is_file()
+
+
+def _finished(notebook, size, params, out, progress):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(seconds=1.0, results={"results": {"peak_mib": 1.0}})
 
 
 def test_slurm_without_sbatch_and_jobs_elsewhere_are_refused_before_the_folder_is_claimed(tmp_path, monkeypatch):

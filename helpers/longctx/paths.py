@@ -25,10 +25,8 @@ def _folder(variable: str, default: Path) -> Path:
 
 
 def user_path(text, what: str = "The path", *, resolve: bool = False, room: int = 0) -> Path:
-    """A path or name as the user typed it, `~` expanded (and with `resolve`, made absolute through its
-    links), refused with the fix when it cannot name a file here: no such user for `~name`, a name over the
-    file system's 255 bytes (less `room`, for the suffix a temporary sibling adds), a path over 4095, a loop
-    of symbolic links, a control character (a line break pasted into a name)."""
+    """A path as the user typed it, `~` expanded (with `resolve`, made absolute through its links), refused with
+    the fix when it cannot name a file here (`room`: bytes a temporary sibling adds to the name)."""
     text = os.fspath(text)
     if not text.strip():
         raise LongctxError(f"{what} is empty: name a folder or a file.")
@@ -45,8 +43,7 @@ def user_path(text, what: str = "The path", *, resolve: bool = False, room: int 
             "write the folder out in full."
         ) from None
     limit = 255 - room
-    too_long = any(len(os.fsencode(part)) > limit for part in path.parts) or len(os.fsencode(str(path))) > 4095 - room
-    if too_long:
+    if any(len(os.fsencode(part)) > limit for part in path.parts) or len(os.fsencode(str(path))) > 4095 - room:
         raise LongctxError(
             f"{what} {text[:40]!r}… ({len(text)} characters) is too long to name a file or a folder "
             f"here (at most {limit} bytes a name, {4095 - room} a path); shorten it."

@@ -1,16 +1,14 @@
 """`longctx site`: a static HTML site of the lessons as they last ran, built with MkDocs (the Material theme)
-and mkdocs-jupyter from what `make` / `longctx run` / `longctx figures` already wrote; nothing is executed.
-
-Pages: the README as the landing page; one page per executed notebook (outputs and figures as the run
-left them, with the size, library versions and finishing time of that run, a link to the notebook's source
-and to the next lesson); a page naming the command for each lesson not executed at that size; the guide's
-figures gallery when `longctx figures` wrote one. Pages are plain .html files that link to each other
-relatively, so the site opens from disk (file://) as well as from any static web server."""
+and mkdocs-jupyter from what `longctx run` / `longctx figures` already wrote; nothing is executed. Pages: the
+README, one per executed notebook (with its run's size, versions and finishing time, links to its source and
+the next lesson), the command for a lesson not executed at that size, the figures gallery. Pages link to each
+other relatively, so the site opens from disk (file://) as well as from any static web server."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -31,51 +29,18 @@ def runs_on_disk(size: str) -> dict[str, Path]:
 
     found = {}
     for name in harness.notebooks():
-        results = build_dir() / name / "results.json"
         executed = build_dir() / name / f"{name}.ipynb"
-        try:
-            ran_at = json.loads(results.read_text()).get("size") if results.is_file() else None
-        except ValueError:
-            ran_at = None
-        if ran_at == size and executed.is_file():
-            found[name] = executed
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
+                found[name] = executed
     return found
 
 
-def build(
-    size: str = "cpu",
-    out: str | Path | None = None,
-    *,
-    runs: dict[str, Path] | None = None,
-    figures: str | Path | None = None,
-    progress: bool = True,
-) -> Path:
+def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, figures=None, progress=True) -> Path:
     """Build the site for the runs at `size` (`runs`: notebook → executed .ipynb beside its results.json;
     default: what `longctx run` / `make` left in build/) into `out` (default build/site/<size>/), and return
     the folder. `figures`: the folder `longctx figures` wrote (default build/figures/<size>/, if present)."""
     from longctx.run import harness
-
-    check_installed()
-    check_choice("size", size, harness.SIZES)
-    # new, empty, or a site this command built with nothing added since (its marker lists its files)
-    out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)
-    runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
-    figures = Path(figures) if figures else build_dir() / "figures" / size
-    with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
-        docs, site = Path(tmp) / "docs", Path(tmp) / "site"
-        nav = _write_docs(docs, size, runs, figures)
-        config = Path(tmp) / "mkdocs.yml"
-        config.write_text(json.dumps(_config(size, docs, site, nav), indent=2))  # YAML reads JSON
-        _mkdocs_build(config, progress)
-        problems = broken_links(site)
-        if problems:
-            raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
-        _replace_folder(site, out)
-    return out
-
-
-def check_installed() -> None:
-    import importlib.util
 
     missing = [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]
     if missing:
@@ -83,6 +48,18 @@ def check_installed() -> None:
             f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
             "missing): pip install -e '.[site]' (or `make site`)."
         )
+    check_choice("size", size, harness.SIZES)
+    out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
+    runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
+    with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
+        docs, site = Path(tmp) / "docs", Path(tmp) / "site"
+        nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
+        _mkdocs(size, docs, site, nav, progress)
+        if problems := broken_links(site):
+            raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
+        # copied over the last build: its pages are replaced, a file the user added there is kept
+        shutil.copytree(site, files.claim_folder(out, "site"), dirs_exist_ok=True)
+    return out
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:
@@ -92,116 +69,79 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
     (docs / "lessons").mkdir(parents=True)
     (docs / "source").mkdir()
     pages = {name: f"lessons/{name}.ipynb" if name in runs else f"lessons/{name}.md" for name in names}
-    lessons = []
-    for i, name in enumerate(names):
+    for name, following in zip(names, [*names[1:], None]):
         shutil.copyfile(harness.notebooks()[name], docs / "source" / f"{name}.ipynb")  # as committed, no outputs
-        following = pages[names[i + 1]] if i + 1 < len(names) else None
+        following = following and pages[following]
         if name in runs:
-            _lesson_page(runs[name], docs / pages[name], name, size, following)
+            _lesson_page(runs[name], docs / pages[name], name, following)
         else:
-            (docs / pages[name]).write_text(_missing_page(name, size, following))
-        lessons.append({name: pages[name]})
-    gallery = _gallery(docs / "figures", figures, size)
+            (docs / pages[name]).write_text(
+                f'# {name}\n\n!!! warning "Not executed at the `{size}` size"\n    No executed copy of this lesson '
+                f"at `{size}` was found in build/. Run it, then build the site again:\n\n    ```bash\n    longctx "
+                f"run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n[Source notebook]"
+                f"(../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
+            )
+    (docs / "figures").mkdir()
+    if (figures / "index.md").is_file():
+        for f in figures.iterdir():
+            if f.is_file() and f.suffix in (".md", ".png", ".svg"):
+                shutil.copyfile(f, docs / "figures" / f.name)
+    else:
+        (docs / "figures" / "index.md").write_text(
+            f'# Guide figures\n\n!!! warning "Not generated at the `{size}` size"\n    `longctx figures --size {size}` '
+            f"writes them into build/figures/{size}/; build the site again afterwards.\n"
+        )
     shutil.copyfile(REPO / GLOSSARY, docs / GLOSSARY)
-    readme = (REPO / "README.md").read_text()
-    status = "\n".join(
-        f"| [{name}]({next(iter(lessons[i].values()))}) | "
-        f"{'executed at `' + size + '`' if name in runs else 'not executed at `' + size + '`'} |"
-        for i, name in enumerate(names)
-    )
+    status = "\n".join(f"| [{name}]({pages[name]}) | {'' if name in runs else 'not '}executed at `{size}` |" for name in names)
     (docs / "index.md").write_text(
         f'!!! note "This site"\n    The lessons as they last ran at the `{size}` size, built by '
         f"`longctx site --size {size}` from the executed notebooks; nothing was run to build it.\n\n"
         f"| lesson | on this site |\n| --- | --- |\n{status}\n\n"
-        f"The guide's figures: [gallery]({gallery}).\n\n---\n\n" + readme
+        "The guide's figures: [gallery](figures/index.md).\n\n---\n\n" + (REPO / "README.md").read_text()
     )
-    return [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": gallery}, {"Glossary": GLOSSARY}]
+    lessons = [{name: pages[name]} for name in names]
+    return [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": "figures/index.md"}, {"Glossary": GLOSSARY}]
 
 
-def _lesson_page(executed: Path, page: Path, name: str, size: str, following: str | None) -> None:
-    """The executed notebook with a cell on top naming its run, and a link to the next lesson at the end (plain
-    Markdown: nbconvert renders notebook cells, not MkDocs)."""
+def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -> None:
+    """The executed notebook with a cell on top naming its run, and a link to the next lesson at the end. Its
+    cells are rendered by nbconvert as written (MkDocs rewrites only .md pages), so their links to another
+    lesson's notebook or to the glossary are made links to the built .html pages."""
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
-    results_path = executed.parent / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    versions = results.get("versions", {})
-    finished = results.get("finished") or _mtime(results_path)
+    results = json.loads((executed.parent / "results.json").read_text())
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items()))
     about = (
-        f"> **This run.** Size `{results.get('size', size)}`, finished {finished}"
-        f"{', in %.0f s' % results['seconds'] if 'seconds' in results else ''}; "
-        + ", ".join(f"{k} {versions[k]}" for k in sorted(versions))
-        + ". "
-        f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself with "
-        f"`longctx run {name[:2]} --size {size}`."
+        f"> **This run.** Size `{results['size']}`, finished {results['finished']}, in {results['seconds']:.0f} s; "
+        f"{versions}. [Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself "
+        f"with `longctx run {name[:2]} --size {results['size']}`."
     )
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = _built_links(cell.source)
+            cell.source = re.sub(r"\]\((\d\d_\w+)\.ipynb\)", r"](\1.html)", cell.source)
+            cell.source = cell.source.replace(f"](../{GLOSSARY}", f"](../{Path(GLOSSARY).stem}.html")
     nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, nbformat.v4.new_markdown_cell(about))
-    link = _next(following, built=True)
     if not following or f"]({Path(following).stem}.html)" not in "".join(c.source for c in nb.cells):
-        nb.cells.append(nbformat.v4.new_markdown_cell(link))  # unless the lesson already links its successor
+        nb.cells.append(nbformat.v4.new_markdown_cell(_next(following, built=True)))  # unless the lesson links it
     nbformat.write(nb, page)
 
 
-def _built_links(markdown: str) -> str:
-    """A lesson's own links as its built page needs them: another lesson's notebook → that lesson's page,
-    the glossary → its page (nbconvert renders notebook cells as written; MkDocs rewrites only .md pages)."""
-    markdown = re.sub(r"\]\((\d\d_\w+)\.ipynb\)", r"](\1.html)", markdown)
-    return markdown.replace(f"](../{GLOSSARY}", f"](../{Path(GLOSSARY).with_suffix('.html')}")
-
-
-def _mtime(path: Path) -> str:
-    """When a file was last written (UTC): the finishing time of a run that did not record one."""
-    from datetime import datetime, timezone
-
-    if not path.is_file():
-        return "at an unrecorded time"
-    return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
-
-
-def _missing_page(name: str, size: str, following: str | None) -> str:
-    return (
-        f'# {name}\n\n!!! warning "Not executed at the `{size}` size"\n    No executed copy of this lesson at '
-        f"`{size}` was found in build/. Run it, then build the site again:\n\n"
-        f"    ```bash\n    longctx run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n"
-        f"[Source notebook](../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
-    )
-
-
 def _next(following: str | None, built: bool = False) -> str:
-    """The link to the next lesson's page (`following`: its file under docs/). A Markdown page links to the
-    file, which MkDocs checks and rewrites; a notebook's cells are rendered as they are, so they name the
-    built .html page."""
-
-    def href(doc: str) -> str:
-        name = Path(doc).name
-        return str(Path(name).with_suffix(".html")) if built else name
-
+    """The link to the next lesson's page (`following`: its file under docs/): a Markdown page links to the file,
+    which MkDocs checks and rewrites; a notebook's cells name the built .html page."""
     if following:
-        return f"**Next:** [{Path(following).stem}]({href(following)})"
+        return f"**Next:** [{Path(following).stem}]({Path(following).stem + '.html' if built else Path(following).name})"
     return f"**Last lesson.** Back to the [index]({'../index.html' if built else '../index.md'})."
 
 
-def _gallery(folder: Path, figures: Path, size: str) -> str:
-    folder.mkdir()
-    index = figures / "index.md"
-    if index.is_file():
-        for f in figures.iterdir():
-            if f.is_file() and f.suffix in (".md", ".png", ".svg"):
-                shutil.copyfile(f, folder / f.name)
-    else:
-        (folder / "index.md").write_text(
-            f'# Guide figures\n\n!!! warning "Not generated at the `{size}` size"\n    `longctx figures --size {size}` '
-            f"writes them into build/figures/{size}/; build the site again afterwards.\n"
-        )
-    return "figures/index.md"
+def _mkdocs(size: str, docs: Path, site: Path, nav: list, progress: bool) -> None:
+    import logging
 
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
 
-def _config(size: str, docs: Path, site: Path, nav: list) -> dict:
-    return {
+    config = {
         "site_name": f"longctx lessons ({size} run)",
         "docs_dir": str(docs),
         "site_dir": str(site),
@@ -215,43 +155,16 @@ def _config(size: str, docs: Path, site: Path, nav: list) -> dict:
         ],
         "nav": nav,
     }
-
-
-def _mkdocs_build(config: Path, progress: bool) -> None:
-    import logging
-
-    from mkdocs.commands.build import build as mkdocs_build
-    from mkdocs.config import load_config
-
-    level = logging.getLogger("mkdocs").level
-    if not progress:
-        logging.getLogger("mkdocs").setLevel(logging.ERROR)
+    (docs.parent / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
+    logger = logging.getLogger("mkdocs")
+    level = logger.level
+    logger.setLevel(level if progress else logging.ERROR)
     try:
-        mkdocs_build(load_config(config_file=str(config)))
+        mkdocs_build(load_config(config_file=str(docs.parent / "mkdocs.yml")))
     except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
         raise LongctxError(f"MkDocs could not build the site: {exc}") from None
     finally:
-        logging.getLogger("mkdocs").setLevel(level)
-
-
-def _replace_folder(new: Path, out: Path) -> None:
-    """`new` becomes `out`: moved beside it first (same file system), then swapped in; the old site goes
-    only once the new one is in place. `out` is new, empty, or a site this command built."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    shutil.copytree(new, staged, dirs_exist_ok=True)
-    files.mark_claimed(staged, "site", _files(staged))  # so the next build may replace it, and only it
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(staged, out)
-    if old is not None:
-        shutil.rmtree(old)
-
-
-def _files(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
+        logger.setLevel(level)
 
 
 class _Links(HTMLParser):
@@ -260,9 +173,7 @@ class _Links(HTMLParser):
         self.found: list[str] = []
 
     def handle_starttag(self, tag, attrs):
-        for key, value in attrs:
-            if key in ("href", "src") and value:
-                self.found.append(value)
+        self.found += [value for key, value in attrs if key in ("href", "src") and value]
 
 
 def broken_links(site: str | Path) -> list[str]:

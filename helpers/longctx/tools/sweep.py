@@ -1,40 +1,34 @@
-"""Parameter sweeps over a notebook: every point of a grid executed through papermill into its own folder.
-
-- Resumable: a point is done when its folder holds `point.json` with the point's key — a hash of
-  everything that determines its result (notebook, size, every parameter after overrides, library
-  versions); a re-run skips it, a changed setting runs anew in its own folder. A point runs in a temporary
-  folder renamed into place only when it finished, so an interrupted sweep leaves no half result (the next
-  run on the same host removes temporaries whose process has gone).
-- An out-of-memory failure is a result (status "oom", recorded and never re-run); any other failure is
-  recorded as "error" and retried by the next run.
-- Executors: "local" (one point at a time, or a small process pool with `jobs`), and SLURM through
-  submitit ("slurm"; "slurm-local" / "slurm-debug" run submitit's local and in-process executors, the
-  way to test a submission without a cluster).
-- At the end: one CSV table (grid values, status, every scalar of results.json) and one plot of a chosen
-  metric against the first grid key.
-"""
+"""Parameter sweeps: every point of a grid executed through papermill into its own folder, resumably (a point
+is done when its folder holds `point.json` with its key: see Sweep.key). A point runs in a temporary folder
+renamed into place when it finished, so an interrupted sweep leaves no half result. Out of memory is a result
+("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
+SLURM through submitit ("slurm"; "slurm-local" / "slurm-debug" rehearse a submission without a cluster). At
+the end: one CSV table (grid values, status, every scalar result) and a plot of one metric."""
 
 from __future__ import annotations
 
 import contextlib
 import csv
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
 import os
+import platform
 import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longctx import children, files, versions
+from longctx import children, files
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
-from longctx.units import MIB
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
+# the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the notebook runner
+LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
 OOM_NAMES = ("OutOfMemoryError", "MemoryError", "OutOfMemoryKill")  # the last: harness.OOM_KILLED
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
@@ -46,8 +40,6 @@ def parse_grid(items: list[str]) -> dict[str, list]:
     Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
     from longctx.run.harness import parse_value, split_top_level
 
-    if not items:
-        raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
     grid: dict[str, list] = {}
     for item in items:
         if "=" not in item:
@@ -92,29 +84,30 @@ class Sweep:
         count = math.prod(len(v) for v in self.grid.values())
         if count > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
-        declared = declared_parameters(path)
-        for key in self.grid:
-            if key not in declared:
-                raise LongctxError(f"{self.notebook} has no parameter {key!r} to sweep. Its parameters: {', '.join(declared)}.")
-        self._base = size_params(path, self.size)
-        self._defaults = declared
-        for point in self.points():  # every point's types, before anything runs
+        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)
+        for point in self.points():  # every point's names, types and ranges, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
         self.out = files.claim_folder(self.out or default, "sweep", default=default, write=False)
 
-        self._versions = {k: v for k, v in versions().items() if k != "device"}
-        self._versions.update(_more_versions())  # peft (00's LoRA), datasets, tokenizers, numpy, deepspeed (04), ...
-        package = Path(__file__).parent  # the helper library's own code and the scripts notebooks launch
-        code = sorted(package.rglob("*.py")) + sorted((REPO / "scripts").glob("*"))
-        self._versions["longctx_source"] = hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16]
+        code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
+        self._versions = {name: _version(name) for name in LIBRARIES} | {
+            "python": platform.python_version(),
+            "longctx_source": hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16],
+        }
         self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
-
-        self._data = _fingerprint(data_dir())  # corpus, tokenizer, token caches, parquet copy, base model: read once
+        # `longctx data` records the SHA-256 of every file it writes in data/manifest.json, rewritten on a rebuild;
+        # the sizes and times of those files catch an edit by hand. No data file is read.
+        manifest = data_dir() / "manifest.json"
+        raw = manifest.read_bytes() if manifest.is_file() else b"{}"
+        try:
+            listed = dict(json.loads(raw))
+        except (TypeError, ValueError):  # damaged: its own hash still names this state, and `longctx data --verify` says so
+            listed = {}
+        self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), listed)]
 
     def points(self) -> list[dict]:
-        keys = list(self.grid)
-        return [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        return [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
 
     def params(self, point: dict) -> dict:
         """Every parameter the point runs with: the notebook's defaults, the size's, the fixed overrides, the
@@ -122,32 +115,23 @@ class Sweep:
         return {**self._defaults, **self._base, **self.fixed, **point}
 
     def key(self, point: dict) -> str:
-        """What determines the point's result — notebook, size, every parameter, library versions — hashed.
-        A finished point is reused only under the same key."""
+        """What determines the point's result — the notebook's source, its parameters after overrides, the library
+        versions, the machine, the files it reads — hashed: a finished point is reused only under the same key."""
         if self.machine is None:
             here = machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
-        identity = {
-            "notebook": self.notebook,
-            "size": self.size,
-            "params": self.params(point),
-            "versions": self._versions,
-            "source": self._source,
-            "inputs": self._inputs(point),
-            "machine": self.machine,
-        }
+        identity = [self.notebook, self.size, self.params(point), self._versions, self._source, self._inputs(point), self.machine]
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
 
     def _inputs(self, point: dict) -> dict:
-        """Fingerprints of the local files a point reads: model folders and datasets its parameters name
-        (the base model for "base"), and the data folder. Replaced weights or edited data make a new experiment."""
+        """The identity of the local files a point reads: model folders and datasets its parameters name (the
+        base model for "base"), and data/. Replaced weights or edited data make a new experiment."""
         from longctx.levers.base_model import checkpoint_dir
 
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
-        found = {k: _fingerprint(p) for k, p in paths.items() if p.exists()}
-        found["data"] = self._data
-        return found
+        found = {k: _stats(p, p.rglob("*")) if p.is_dir() else _stats(p.parent, [p.name]) for k, p in paths.items() if p.exists()}
+        return found | {"data": self._data}
 
     def folder(self, point: dict) -> Path:
         # readable grid values, then the key: two points never share a folder, a changed setting gets a new one
@@ -158,69 +142,36 @@ class Sweep:
         return [p for p in self.points() if not is_done(self.folder(p), self.key(p))]
 
 
-def _more_versions() -> dict:
-    """Versions of the other libraries a point's result can depend on, and Python's."""
-    import platform
+def _version(dist: str) -> str:
     from importlib import metadata
 
-    found = {"python": platform.python_version()}
-    for dist in ("peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill", "accelerate", "submitit"):
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = "absent"
-    return found
-
-
-def _fingerprint(path: Path) -> str:
-    """A file's or a folder's identity: names, sizes and modification times, and the bytes of small files."""
-    if not path.exists():
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
         return "absent"
-    files = (
-        [path]
-        if path.is_file()
-        else sorted(
-            p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-        )
-    )
-    digest = hashlib.sha256()
-    for f in files:
-        stat = f.stat()
-        digest.update(f"{f.relative_to(path) if f != path else f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-        if stat.st_size < 8 * MIB:
-            digest.update(f.read_bytes())
-    return digest.hexdigest()[:16]
+
+
+def _stats(root: Path, names) -> list:
+    """Each file's name under `root`, size and modification time (hidden ones aside: a hub cache's locks);
+    no file is read, so a model of gigabytes costs nothing, and replacing or editing a file changes it."""
+    paths = sorted(root / name for name in names)
+    visible = [p for p in paths if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)]
+    return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in visible]
 
 
 def is_done(folder: Path, key: str | None = None) -> bool:
     """The point in `folder` finished (ok, or out of memory), under `key` when one is given."""
-    marker = folder / "point.json"
-    if not marker.is_file():  # absent, or not a file that can be read without blocking (a FIFO)
-        return False
-    record = _read_record(marker)
+    record = _read_record(folder)
     return record.get("status") in ("ok", "oom") and (key is None or record.get("key") == key)
 
 
-def _read_record(marker: Path) -> dict:
-    """A point's record; a damaged one reads as not finished (the point runs again)."""
-    try:
-        record = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return {"status": "damaged"}
-    return record if isinstance(record, dict) else {"status": "damaged"}
-
-
-def _tmp_name(folder: Path) -> Path:
-    # host and PID in the name: only the process that made a temporary folder, or a later run on the same
-    # host once that process has gone, may remove it (two sweeps on one folder leave each other alone)
-    return folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
-
-
-def _is_stale(tmp: Path) -> bool:
-    import psutil
-
-    host, _, pid = tmp.name.rpartition(".tmp-")[2].rpartition("-")
-    return host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid))
+def _read_record(folder: Path) -> dict:
+    """A point's record; one absent, damaged or not a regular file (a FIFO would block) reads as not finished."""
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads((folder / "point.json").read_text()) if (folder / "point.json").is_file() else None
+        if isinstance(record, dict):
+            return record
+    return {"status": "missing"}
 
 
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
@@ -231,9 +182,11 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
 
     folder = Path(folder)
     if is_done(folder, key):
-        return _read_record(folder / "point.json")
+        return _read_record(folder)
     runner = runner or harness.run
-    tmp = _tmp_name(folder)
+    # host and PID in the name: only the process that made a temporary folder, or a later run on the same
+    # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
+    tmp = folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
@@ -251,28 +204,20 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     return record
 
 
-def run(
-    sweep: Sweep,
-    *,
-    executor: str = "local",
-    jobs: int = 1,
-    slurm: dict | None = None,
-    metric: str | None = None,
-    progress: bool = True,
-) -> Path:
+def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, metric: str | None = None, progress=True) -> Path:
     """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
     check_choice("executor", executor, EXECUTORS)
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
-    for flag, key, low in (("--time", "time", 1), ("--gpus", "gpus", 0)):
-        value = (slurm or {}).get(key)
+    slurm = slurm or {}
+    for name, low, unit in (("time", 1, "minutes"), ("gpus", 0, "GPUs")):
+        value = slurm.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            unit = "minutes per point" if key == "time" else "GPUs per point"
-            raise LongctxError(f"{flag} must be a whole number ≥ {low} ({unit}), got {value!r}.")
+            raise LongctxError(f"--{name} must be a whole number ≥ {low} ({unit} per point), got {value!r}.")
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
-    if executor != "local":
-        _submitit()
+    if executor != "local" and importlib.util.find_spec("submitit") is None:
+        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install submitit).")
     if executor == "slurm" and shutil.which("sbatch") is None:
         raise LongctxError(
             "--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
@@ -284,72 +229,49 @@ def run(
             f"got {jobs!r} (each job runs a notebook kernel of its own)."
         )
     if executor == "slurm" and sweep.machine is None:
-        sweep.machine = f"slurm partition={(slurm or {}).get('partition')} gpus={(slurm or {}).get('gpus', 0)}"
+        sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
+    from filelock import FileLock, Timeout
+
     from longctx.data import require_corpus
+    from longctx.run import needs
 
     require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
-        from longctx.run import needs
-
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
-    _check_layout(sweep.out)
-    files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
-    with _only_sweep_on(sweep.out):
-        return _run_locked(sweep, executor, jobs, slurm, metric, progress)
-
-
-def _check_layout(out: Path) -> None:
-    """What a sweep writes in its folder, each of the kind it writes (a folder where a file goes, or a FIFO
-    where a record is read, would fail half-way or hang): refused before any point runs."""
-    kinds = {"points": "folder", "source": "folder", "submitit": "folder", ".lock": "file", "sweep.csv": "file"}
-    for name, kind in kinds.items():
-        path = out / name
-        if path.exists() or path.is_symlink():
-            if path.is_symlink() or (kind == "folder") != path.is_dir() or (kind == "file" and not path.is_file()):
-                raise LongctxError(
-                    f"{path} should be a {kind} that the sweep writes; move it away (or give --out "
-                    "another folder). Nothing was run."
-                )
-    for record in (out / "points").glob("*/point.json") if (out / "points").is_dir() else []:
-        if not record.is_file():
+    for name, folder in (("points", True), ("source", True), ("submitit", True), (".lock", False), ("sweep.csv", False)):
+        if (sweep.out / name).exists() and (sweep.out / name).is_dir() != folder:  # it would fail half-way
             raise LongctxError(
-                f"{record} is not a regular file (a point's record); remove it and its point runs again. Nothing was run."
+                f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
+                "away (or give --out another folder). Nothing was run."
             )
-
-
-@contextlib.contextmanager
-def _only_sweep_on(folder: Path):
-    """One sweep at a time on a folder: a second one is refused while the first runs (filelock's OS lock,
-    released even when the first is killed)."""
-    from filelock import FileLock, Timeout
-
-    try:
-        with FileLock(folder / ".lock", timeout=0):
-            yield
+    files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
+    try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
+        with FileLock(sweep.out / ".lock", timeout=0):
+            return _run_locked(sweep, executor, jobs, slurm, metric, progress)
     except Timeout:
         raise LongctxError(
-            f"Another sweep is running on {folder}; wait for it (its finished points will be "
-            "reused), or give this one another --out."
+            f"Another sweep is running on {sweep.out}; wait for it (its finished points will be reused), or give "
+            "this one another --out."
         ) from None
 
 
-def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metric: str | None, progress: bool) -> Path:
+def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str | None, progress: bool) -> Path:
+    import psutil
     from tqdm.auto import tqdm
 
-    points_dir = sweep.out / "points"
-    points_dir.mkdir(parents=True, exist_ok=True)
-    for stale in points_dir.glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
-        if _is_stale(stale):
+    (sweep.out / "points").mkdir(parents=True, exist_ok=True)
+    for stale in (sweep.out / "points").glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
+        host, _, pid = stale.name.rpartition(".tmp-")[2].rpartition("-")
+        if host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     todo = sweep.pending()
-    done = len(sweep.points()) - len(todo)
-    if done:
+    if done := len(sweep.points()) - len(todo):
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
-    finished = [_read_record(sweep.folder(p) / "point.json") for p in sweep.points() if p not in todo]
-    _check_metric(metric, finished)  # a typo is caught by the points already done, or by the first one below
+    # a typo is caught by the points already done, or by the first one below
+    _check_metric(metric, [_read_record(sweep.folder(p)) for p in sweep.points() if p not in todo])
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
             _check_metric(metric, [run_point(*call)])
@@ -357,7 +279,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict | None, metr
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
         children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
     else:
-        _run_submitit(sweep, calls, executor, slurm or {}, progress)
+        _run_submitit(sweep, calls, executor, slurm, progress)
     return write_table(sweep, metric)
 
 
@@ -388,32 +310,15 @@ def _run_call(call):
     return run_point(*call)
 
 
-def _submitit():
-    try:
-        import submitit
-    except ImportError:
-        raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install submitit).") from None
-    return submitit
-
-
 def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
-    submitit = _submitit()
+    import submitit
     from tqdm.auto import tqdm
 
-    cluster = {"slurm": "slurm", "slurm-local": "local", "slurm-debug": "debug"}[executor]
-    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=cluster)
-    params = {"timeout_min": int(slurm.get("time", 60)), "name": f"longctx-{sweep.notebook}"}
-    if executor == "slurm":
-        params.update(
-            slurm_partition=slurm.get("partition"),
-            gpus_per_node=int(slurm.get("gpus", 0)),
-            slurm_array_parallelism=int(slurm.get("parallel", 16)),
-        )
-        params = {k: v for k, v in params.items() if v is not None}
-    ex.update_parameters(**params)
-    if not calls:
-        return
-    jobs = ex.map_array(run_point, *zip(*calls))  # one array job, one task per point
+    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
+    ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
+    # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
+    ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
+    jobs = ex.map_array(run_point, *zip(*calls)) if calls else []  # one array job, one task per point
     for job in tqdm(jobs, desc=f"sweep {sweep.notebook} ({executor})", disable=not progress):
         job.result()
 
@@ -430,27 +335,20 @@ def table(sweep: Sweep) -> list[dict]:
     """One row per point, in grid order: grid values, status, and every scalar result."""
     rows = []
     for point in sweep.points():
-        marker = sweep.folder(point) / "point.json"
-        record = _read_record(marker) if marker.exists() else {"status": "missing"}
-        row = dict(point)
-        row["status"] = record.get("status")
-        row["seconds"] = record.get("seconds")
-        _scalars("", record.get("results", {}), row)
-        rows.append(row)
+        record = _read_record(sweep.folder(point))
+        rows.append({**point, "status": record.get("status"), "seconds": record.get("seconds")})
+        _scalars("", record.get("results", {}), rows[-1])
     return rows
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     from longctx.notebook import jsonable
 
-    rows = table(sweep)
-    columns = list(dict.fromkeys(k for row in rows for k in row))
-    path = sweep.out / "sweep.csv"
+    rows, path = table(sweep), sweep.out / "sweep.csv"
     with files.atomic(path) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in row.items()})
+        writer.writerows({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in rows)
     if metric:
         plot_metric(sweep, rows, metric)
     return path
@@ -476,9 +374,7 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
         for r in members:
             if r["status"] in ("oom", "error", "died"):
                 ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom")
-    ax.set_xlabel(first)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{sweep.notebook} ({sweep.size}) sweep")
+    ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
     return ax
