@@ -94,11 +94,14 @@ def test_figures_moves_only_its_own_files_into_place(tmp_path):
         files.check_out(out, "figures", writes=writes)
     (out / "draft.tex").unlink()
     assert files.check_out(out, "figures", writes=writes) == checked
-    # --force keeps the user's files: a file of theirs with a name the command writes is refused, not replaced
-    (out / "long_context_scaling.png").write_text("my plot")
+    # --force keeps the user's files: in a folder the command has not written (no marker), a file with a name it
+    # writes is the user's, refused rather than replaced
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "long_context_scaling.png").write_text("my plot")
     with pytest.raises(LongctxError, match="long_context_scaling.png.*cannot write there"):
-        files.check_out(out, "figures", writes=writes, force=True)
-    assert (out / "long_context_scaling.png").read_text() == "my plot"
+        files.check_out(fresh, "figures", writes=writes, force=True)
+    assert (fresh / "long_context_scaling.png").read_text() == "my plot"
 
 
 def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):

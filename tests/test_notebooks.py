@@ -174,7 +174,7 @@ def test_figures_regenerate_identically(ran, tmp_path):
     second = figures.regenerate(
         "ci", tmp_path / "b", runs={nb: ran(nb) for nb in notebooks - set(RERUN_FOR_FIGURES)}, progress=False
     )
-    names = {p.name for p in first.iterdir() if not p.name.startswith(".longctx-")}  # the command's own ledger aside
+    names = {p.name for p in first.iterdir() if not p.name.startswith(".longctx-")}  # the command's own marker aside
     assert {f"{n}.{ext}" for n in figures.GUIDE_FIGURES for ext in ("png", "svg")} | {"index.md"} == names
     for name in sorted(names - {"index.md"}):
         assert (first / name).read_bytes() == (second / name).read_bytes(), f"{name} differs between two runs"

@@ -77,3 +77,16 @@ def test_a_command_whose_output_cannot_be_written_says_so_without_a_traceback():
         )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "could not write the output: No space left on device" in done.stderr
+
+
+def test_the_default_output_folder_is_claimed_like_any_other(tmp_path):
+    """build/<notebook>/ holding a file of the user's and no marker is refused, default or not; once claimed it is reused."""
+    default = tmp_path / "build" / "01_chunked_loss"
+    default.mkdir(parents=True)
+    (default / "notes.txt").write_text("mine")
+    with pytest.raises(LongctxError, match="notes.txt"):
+        files.claim_folder(default, "run", default=default)
+    (default / "notes.txt").unlink()
+    assert files.claim_folder(default, "run", default=default) == default.resolve()
+    (default / "results.json").write_text("{}")  # what the run wrote
+    assert files.claim_folder(default, "run", default=default) == default.resolve()

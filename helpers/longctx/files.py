@@ -96,11 +96,11 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
 
 def claim_folder(out: str | Path, command: str, *, default: Path | None = None, write: bool = True) -> Path:
     """A whole folder for a command that writes what it likes inside (a notebook run, a sweep, the site): new,
-    empty, the command's default (callers check its contents), or one it wrote before; anything else is
-    refused. With `write`, creates it and writes the marker."""
+    empty, or one it wrote before (its marker); anything else is refused, the command's default folder too. With
+    `write`, creates it and writes the marker."""
     out = _writable(out)
     present, marked = _look(out, command)
-    if present and not marked and (default is None or out != user_path(default, resolve=True)):
+    if present and not marked:
         raise LongctxError(
             f"{out} holds files `longctx {command}` did not write ({_shown(present)}). Give --out a new or empty "
             "folder (or one this command wrote before); nothing in it was touched."
