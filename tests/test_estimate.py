@@ -416,3 +416,19 @@ def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):
     assert masked.meta["attention_mask_gib"] > 0 and flash.meta["attention_mask_gib"] == 0
     assert f"masks of {masked.meta['attention_mask_gib']:.2f} GiB" in out
     assert f"peaks at {flash.peak_gib:.2f} GiB, {masked.peak_gib - flash.peak_gib:.2f} GiB less" in out
+
+
+def test_the_tiled_mlp_lever_matches_a_real_step_and_takes_the_mlp_off_the_peak():
+    """ALST's TiledMLP (DeepSpeed's function, longctx.tiled_mlp) on a tiny model whose MLP sets the peak: the fake-tensor
+    estimate and the real CPU step agree with and without it, and tiling lowers the peak."""
+    from longctx import models
+
+    wide = models.config("tiny", intermediate_size=8192)  # 128 × hidden: the MLP's activations dwarf the plain logits
+    peaks = {}
+    for tiled in (False, True):
+        fake = estimate(wide, 512, loss="plain", dtype="fp32", device="cpu", tiled_mlp=tiled)
+        real = estimate(wide, 512, loss="plain", dtype="fp32", fake=False, tiled_mlp=tiled)
+        assert fake.peak_bytes == pytest.approx(real.peak_bytes, rel=0.02), tiled
+        assert fake.meta["tiled_mlp"] is tiled
+        peaks[tiled] = real.peak_bytes
+    assert peaks[True] < 0.7 * peaks[False]

@@ -10,7 +10,7 @@ import longctx
 PKG = Path(longctx.__file__).parent
 # floors, lowest first; a module not named here sits in its folder's floor
 FLOORS = ["ground", "core", "data", "memory", "levers", "run", "tools"]
-CORE = {"models", "train", "plots", "notebook", "offload"}  # what a lesson imports beside the ground floor
+CORE = {"models", "train", "plots", "notebook", "offload", "tiled_mlp"}  # what a lesson imports beside the ground floor
 
 
 def _name(path: Path) -> str:

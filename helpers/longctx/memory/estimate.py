@@ -95,6 +95,7 @@ def check_levers(
     cp_size: int = 1,
     mixed_precision: bool = False,
     fake: bool = True,
+    tiled_mlp: bool = False,
 ) -> None:
     """Refuse, before anything is built, a model or a combination of levers the estimate cannot stand for."""
     check_model(cfg)
@@ -169,6 +170,7 @@ def build_step(
     mixed_precision: bool = False,
     optim: str = "fused",
     attn_implementation: str = "sdpa",
+    tiled_mlp: bool = False,
 ):
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
@@ -209,6 +211,10 @@ def build_step(
             install(net, _to_host, _to_device)
         else:
             net.activation_checkpointing_enable()
+    if tiled_mlp:  # ALST's tiled MLP, DeepSpeed's autograd function (longctx.tiled_mlp)
+        from longctx.tiled_mlp import tile_mlp
+
+        tile_mlp(net)
     if loss == "chunked":
         from trl.trainer.utils import add_fused_lm_head
 
@@ -293,6 +299,7 @@ def estimate(
     device: str | None = None,
     optim: str = "fused",
     attn_implementation: str = "sdpa",
+    tiled_mlp: bool = False,
     exact: bool = False,
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
@@ -307,7 +314,7 @@ def estimate(
     device = device or ("cuda" if fake else "cpu")
     cfg = models.config(model) if isinstance(model, str) else model
     levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
-    levers.update(optim=optim, attn_implementation=attn_implementation)
+    levers.update(optim=optim, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp)
     check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)
     layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
@@ -343,6 +350,7 @@ def estimate(
         device=device,
         optim=optim,
         attn_implementation=attn_implementation,
+        tiled_mlp=tiled_mlp,
         params=trace["params"],
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,

@@ -13,7 +13,7 @@ from longctx.units import CATEGORIES, GIB, MIB, PHASES  # noqa: F401  (re-read b
 META_KEYS = {
     "estimate": tuple(
         "model seq_len batch loss checkpointing offload dtype cp_size tokens_per_rank mixed_precision device optim "
-        "attn_implementation params fixed_gib per_layer_saved_gib saved_layer_tensors hidden_sized_tensors "
+        "attn_implementation tiled_mlp params fixed_gib per_layer_saved_gib saved_layer_tensors hidden_sized_tensors "
         "sliding_window attention_mask_gib device_peak_gib method wall_seconds".split()
     ),
     # with the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
