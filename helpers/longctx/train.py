@@ -22,7 +22,7 @@ _SAME = (
     "output_dir max_steps per_device_train_batch_size gradient_accumulation_steps learning_rate lr_scheduler_type "
     "warmup_steps max_grad_norm seed max_length logging_steps eval_steps load_best_model_at_end"
 ).split()
-_FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True)
+_FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True, save_strategy="no")
 
 
 @dataclass
@@ -43,7 +43,7 @@ class TrainConfig:
     offload: bool | str = False
     bf16: bool | None = None  # None: on where the device supports it
     max_length: int | None = None
-    eval_steps: int | None = None  # set → eval_strategy="steps"
+    eval_steps: int | None = None  # set: evaluation every eval_steps
     load_best_model_at_end: bool = False
     logging_steps: int = 1
     extra: dict = field(default_factory=dict)  # any further SFTConfig field (a recipe.Call is built first)
@@ -65,22 +65,16 @@ class TrainConfig:
 
         target = self.for_device or device()
         bf16 = self.bf16 if self.bf16 is not None else target == "cuda" and (self.for_device is not None or _cuda_bf16())
-        kwargs = {name: getattr(self, name) for name in _SAME}
-        kwargs.update(
-            per_device_eval_batch_size=self.per_device_train_batch_size,
-            data_seed=self.seed,
-            bf16=bf16,
-            use_cpu=target == "cpu",
-            # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
-            activation_checkpointing=self.gradient_checkpointing,
-            activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
-            eval_strategy="steps" if self.eval_steps else "no",
-            save_strategy="steps" if self.load_best_model_at_end else "no",  # a checkpoint per evaluation
-            save_steps=self.eval_steps or 500,
-            metric_for_best_model="eval_loss",
-            greater_is_better=False,
-            **_FIXED,
-        )
+        kwargs = {name: getattr(self, name) for name in _SAME} | _FIXED
+        kwargs.update(bf16=bf16, use_cpu=target == "cpu", data_seed=self.seed)
+        kwargs["per_device_eval_batch_size"] = self.per_device_train_batch_size
+        # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
+        offload = {"offload": True} if self.offload is True else None
+        kwargs.update(activation_checkpointing=self.gradient_checkpointing, activation_checkpointing_kwargs=offload)
+        if self.eval_steps:
+            kwargs.update(eval_strategy="steps", metric_for_best_model="eval_loss", greater_is_better=False)
+        if self.load_best_model_at_end:  # a checkpoint at each evaluation
+            kwargs.update(save_strategy="steps", save_steps=self.eval_steps)
         if self.loss == "chunked":  # trl 1.16's default loss: its fused head, the cross-entropy a tile at a time
             kwargs["loss_type"] = "nll"  # (the plain loss is the trainer subclass's, not an SFTConfig setting)
         return Call(SFTConfig, {**kwargs, **self.extra})
