@@ -6,7 +6,6 @@ drift from what ran; `tests/test_recipe.py` executes every lever's snippet and c
 
 from __future__ import annotations
 
-import enum
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -71,8 +70,6 @@ def _each_call(value, do):
 def _literal(value, indent: int) -> str:
     if isinstance(value, Call):
         return value.source(indent=indent)
-    if isinstance(value, enum.Enum):
-        return _literal(value.value, indent)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if value is None or isinstance(value, (bool, int, float)):
