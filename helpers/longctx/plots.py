@@ -91,8 +91,8 @@ def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
 
 
 @styled
-def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
-    """Stacked bars of weights / gradients / optimizer per method (values already in `unit`)."""
+def budget_bars(budgets: dict[str, dict], ax=None):
+    """Stacked bars of weights / gradients / optimizer per method (values in GB)."""
     names = list(budgets)
     bottom = np.zeros(len(names))
     for part, color in (("weights", "parameters"), ("gradients", "gradients"), ("optimizer", "optimizer")):
@@ -100,8 +100,8 @@ def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
         ax.bar(names, vals, bottom=bottom, color=COLORS[color], label=part)
         bottom += vals
     for i, total in enumerate(bottom):
-        ax.annotate(f"{total:.1f} {unit}", (i, total), ha="center", va="bottom")
-    ax.set(ylabel=f"{unit} before activations")
+        ax.annotate(f"{total:.1f} GB", (i, total), ha="center", va="bottom")
+    ax.set(ylabel="GB before activations")
     ax.legend()
 
 

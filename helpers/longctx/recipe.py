@@ -1,8 +1,6 @@
-"""What a reader copies into their own training script, printed from the objects the lessons run.
-
-A `Call` is a constructor call kept as data: a class and its keyword arguments. The helpers build their TRL, accelerate
-and peft configs from one (`Call.build`) and the lessons print the same one as source (`snippet`), so the snippet cannot
-drift from what ran; `tests/test_recipe.py` executes every lever's snippet and compares the object it makes."""
+"""What a reader copies into their own training script. A `Call` is a constructor call kept as data (a class and its
+keyword arguments): the helpers build their TRL, accelerate and peft configs from one (`Call.build`) and the lessons
+print the same one as source (`snippet`), so the snippet cannot drift from what ran; tests/test_recipe.py runs each."""
 
 from __future__ import annotations
 
