@@ -61,12 +61,11 @@ def fused_head_tiles(tokens: int | None = None, vocab: int | None = None):
     )
 
 
-def register_cpu_ring_attention() -> bool:
+def register_cpu_ring_attention() -> None:
     """torch 2.13.0: context parallelism's ring attention has DTensor handlers for the CUDA SDPA kernels only; on a
     CPU, `aten._scaled_dot_product_flash_attention_for_cpu` (and its backward) fails with "... does not have a
     sharding strategy registered". This routes both to torch's own `_templated_ring_attention(_backward)`, the
-    ring the CUDA path uses. Idempotent; True when it registered anything.
-    Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels."""
+    ring the CUDA path uses. Idempotent. Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.experimental._context_parallel import _attention as cp
 
@@ -74,7 +73,7 @@ def register_cpu_ring_attention() -> bool:
     fwd = aten._scaled_dot_product_flash_attention_for_cpu.default
     bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
     if fwd in cp.custom_ops:
-        return False
+        return
 
     def local(x):
         return x.to_local() if isinstance(x, DTensor) else x
@@ -95,7 +94,6 @@ def register_cpu_ring_attention() -> bool:
 
     handler.__qualname__ = "register_cpu_ring_attention.handler"
     cp.custom_ops[fwd] = cp.custom_ops[bwd] = handler
-    return True
 
 
 def accelerate_fsdp_on_cpu() -> None:
@@ -141,14 +139,13 @@ def before_deepspeed_step(callback):
 
 def gpu_dispatch(stand_ins, *, attention: bool = True):
     """Take the GPU's side of each device-dependent branch of a step traced on fake CPU tensors (a CPU-only torch
-    aborts autograd on fake CUDA tensors).
-    trl 1.16.0, `trl.kernels.chunked_logprob` (the fused head): Triton kernels folding each tile in place and an fp32
-    `_addmm_fp32` on CUDA, whole-tile fp32 temporaries on a CPU. Here the CUDA branch runs, with `stand_ins.TritonLaunch`
-    (allocates nothing, as the kernels do) and the tile loops cut to their first two iterations and their last
-    (`tile_range`: each later one allocates what the second does). `trl.trainer.utils._use_triton` stays the CPU's
-    (fake tensors cannot size its mask index; with every position labelled the rows are the same).
-    torch 2.13.0: with `attention`, SDPA runs the kernel a CUDA GPU picks (`stand_ins.sdpa_as_cuda`); CP keeps the CPU
-    ring. Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device."""
+    aborts autograd on fake CUDA tensors). trl 1.16.0's fused head (`trl.kernels.chunked_logprob`) folds each tile in
+    place with Triton kernels and an fp32 `_addmm_fp32` on CUDA, with whole-tile fp32 temporaries on a CPU: here the
+    CUDA branch runs, with `stand_ins.TritonLaunch` (allocating nothing, as the kernels) and the tile loops cut to
+    their first two iterations and their last (`tile_range`). `trl.trainer.utils._use_triton` stays the CPU's (fake
+    tensors cannot size its mask index; with every position labelled the rows are the same). torch 2.13.0: with
+    `attention`, SDPA runs the kernel a CUDA GPU picks (`stand_ins.sdpa_as_cuda`); CP keeps the CPU ring.
+    Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device."""
     import trl.trainer.utils  # noqa: F401  imported first, so its own `_use_triton` binds the original
     from trl.kernels import chunked_logprob as kernel
 
@@ -172,7 +169,8 @@ def gpu_dispatch(stand_ins, *, attention: bool = True):
 
 
 def tile_range(*args):
-    """`range` for TRL's tile loops under `gpu_dispatch`: the first two iterations and the last (see there)."""
+    """`range` for TRL's tile loops under `gpu_dispatch`: the first two iterations and the last (each later one
+    allocates what the second does)."""
     full = range(*args)
     return full if len(full) <= 3 else (full[0], full[1], full[-1])
 

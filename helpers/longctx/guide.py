@@ -1,9 +1,7 @@
-"""The guide's numbers, in one place. "The guide" is the TRL documentation page "Training Beyond 1M Tokens"
-(huggingface.co/docs/trl/en/long_context_training) with TRL's example `examples/sft_qwen3_8b_1m_context`;
-its memory figures are peaks measured on 80 GB GPUs, printed in GB. The notebooks print them beside their own
-numbers, `benchmarks/guide_cases.py` tabulates them, and the tests hold the estimates to them within `rel`,
-each tolerance with its reason. Estimates here are GiB (2**30 bytes); the guide's "GB" is read as the same
-unit, since the tools that report GPU memory (nvidia-smi, torch.cuda) print GiB under that name."""
+"""The guide's numbers, in one place. "The guide" is the TRL page "Training Beyond 1M Tokens"
+(huggingface.co/docs/trl/en/long_context_training) with TRL's example `examples/sft_qwen3_8b_1m_context`, whose memory
+figures are peaks on 80 GB GPUs. The lessons print them beside their own numbers and the tests hold the estimates to them
+within `rel`, each tolerance with its `why`. The guide's "GB" is read as GiB, which nvidia-smi and torch.cuda print as GB."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ _TRACED = (
     "the estimate traces the same training step on fake tensors; what it leaves out (the CUDA context, "
     "allocator rounding, NCCL buffers) is a few percent of a card"
 )
+_CP = _TRACED + "; under CP also the ring's communication buffers, which vary by backend"
 
 
 @dataclass(frozen=True)
@@ -23,12 +22,7 @@ class Figure:
     why: str = ""  # the reason for that tolerance
 
 
-QWEN3_4B_FIXED = Figure(
-    22,
-    "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)",
-    0.05,
-    "parameter count × bytes per parameter; the guide rounds it",
-)
+QWEN3_4B_FIXED = Figure(22, "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)", 0.05, "arithmetic; the guide rounds it")
 QWEN3_4B_96K = Figure(59.9, "Qwen3-4B, 98,304 tokens, chunked loss + checkpointing, one GPU: peak (GB)", 0.05, _TRACED)
 QWEN3_4B_96K_OFFLOAD = Figure(48.8, "the same step with the checkpointed layer inputs offloaded (GB)", 0.05, _TRACED)
 QWEN3_4B_96K_BANDS = Figure(38, "bands of one saved 98,304 × 2560 input in that step's profile (36 layers + 2)")
@@ -36,17 +30,9 @@ QWEN3_4B_96K_BAND = Figure(0.47, "one such band: 98,304 × 2560 × 2 bytes (GB)"
 PLAIN_OOM = Figure(32768, "Qwen3-4B with the plain loss: out of memory on 80 GB near this length (tokens)")
 REACH_CHUNKED = Figure(163840, "Qwen3-4B, chunked loss + checkpointing: the longest that fits 80 GB, ~160k (tokens)")
 REACH_OFFLOAD = Figure(262144, "... with activation offload: 256k (tokens)")
-QWEN3_4B_1M_CP4 = Figure(
-    63.6,
-    "Qwen3-4B, 1,048,576 tokens, offload, context parallel over 4 GPUs: per-GPU peak (GB)",
-    0.10,
-    _TRACED + "; under CP also the ring's communication buffers, which vary by backend",
-)
+QWEN3_4B_1M_CP4 = Figure(63.6, "Qwen3-4B, 1,048,576 tokens, offload, context parallel over 4 GPUs: per-GPU peak (GB)", 0.10, _CP)
 QWEN3_8B_1M_CP8 = Figure(
-    56.0,
-    "Qwen3-8B, 1,048,576 tokens, offload, CP over 8 GPUs, the example's mixed precision: per-GPU peak (GB)",
-    0.10,
-    _TRACED + "; under CP also the ring's communication buffers",
+    56.0, "Qwen3-8B, 1,048,576 tokens, offload, CP over 8 GPUs, the example's mixed precision: per-GPU peak (GB)", 0.10, _CP
 )
 NAIVE_8B_1M = Figure(
     288,
@@ -58,10 +44,9 @@ OFFLOAD_RESIDENT = Figure(4, "bands of saved inputs still on the GPU in that ste
 OFFLOAD_NO_GAIN_BELOW = Figure(49152, "Qwen3-4B: offload makes no difference below ~48k tokens (tokens)")
 MLP_INTERMEDIATE_1M = Figure(19, "Qwen3-4B at 1,048,576 tokens: one MLP intermediate (GB)")
 MLP_FOUR_1M = Figure(76, "... four of them alive at once in one layer's backward (GB)", 0.01, "arithmetic")
-CP_STEP_SECONDS_131K = {  # the guide's step times of Qwen3 at 131k tokens with context parallelism
-    2: Figure(34.6, "CP over 2 GPUs, 131k tokens: seconds per step"),
-    4: Figure(17.8, "CP over 4 GPUs, 131k tokens: seconds per step"),
-    8: Figure(9.5, "CP over 8 GPUs, 131k tokens: seconds per step"),
+# the guide's step times of Qwen3 at 131k tokens with context parallelism, by the number of GPUs
+CP_STEP_SECONDS_131K = {
+    n: Figure(s, f"CP over {n} GPUs, 131k tokens: seconds per step") for n, s in ((2, 34.6), (4, 17.8), (8, 9.5))
 }
 LAST_STRETCH_PLAIN = Figure(7.3, "Qwen3, last 20k of 160k tokens, no rescaling: mean per-token loss (nats)")
 LAST_STRETCH_YARN = Figure(2.8, "... with YaRN (nats)")

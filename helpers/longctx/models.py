@@ -227,5 +227,5 @@ def to_device(model):
     return model if device() == "cpu" else model.to(device())
 
 
-def n_params(model, trainable_only: bool = False) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -64,16 +63,14 @@ def panels(ncols: int, figsize: tuple[float, float]):
 
 
 def styled(draw):
-    """A plotting function drawn under STYLE on its `ax` (a new figure's when None), returning the axes: importing
+    """A plotting function drawn under STYLE on its `ax=` (a new figure's when None), returning the axes: importing
     this module changes no global matplotlib setting, and a reader's own rcParams apply outside these calls."""
-    signature = inspect.signature(draw)
 
     @functools.wraps(draw)
-    def wrapper(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+    def wrapper(*args, ax=None, **kwargs):
         with style():
-            ax = bound.arguments["ax"] = axes(bound.arguments.get("ax"))
-            draw(*bound.args, **bound.kwargs)
+            ax = axes(ax)
+            draw(*args, ax=ax, **kwargs)
         return ax
 
     return wrapper
@@ -94,8 +91,8 @@ def save_figure(fig, name: str, folder: str | Path) -> list[Path]:
 
 
 @styled
-def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
-    """Stacked bars of weights / gradients / optimizer per method (values already in `unit`)."""
+def budget_bars(budgets: dict[str, dict], ax=None):
+    """Stacked bars of weights / gradients / optimizer per method (values in GB)."""
     names = list(budgets)
     bottom = np.zeros(len(names))
     for part, color in (("weights", "parameters"), ("gradients", "gradients"), ("optimizer", "optimizer")):
@@ -103,14 +100,15 @@ def budget_bars(budgets: dict[str, dict], ax=None, unit: str = "GB"):
         ax.bar(names, vals, bottom=bottom, color=COLORS[color], label=part)
         bottom += vals
     for i, total in enumerate(bottom):
-        ax.annotate(f"{total:.1f} {unit}", (i, total), ha="center", va="bottom")
-    ax.set(ylabel=f"{unit} before activations")
+        ax.annotate(f"{total:.1f} GB", (i, total), ha="center", va="bottom")
+    ax.set(ylabel="GB before activations")
     ax.legend()
 
 
 @styled
-def category_bars(rows: dict[str, dict[str, int]], ax=None, categories=("parameters", "gradients", "optimizer")):
-    """Grouped bars comparing byte counts per category (e.g. calculated vs measured), in MiB."""
+def category_bars(rows: dict[str, dict[str, int]], ax=None):
+    """Grouped bars comparing the fixed categories' byte counts (e.g. calculated vs measured), in MiB."""
+    categories = ("parameters", "gradients", "optimizer")
     width, x = 0.8 / len(rows), np.arange(len(categories))
     for i, (name, row) in enumerate(rows.items()):
         ax.bar(x + i * width, [row.get(c, 0) / MIB for c in categories], width, label=name)
@@ -128,7 +126,7 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
     edges = np.linspace(0, len(totals), min(len(totals), 3000) + 1).astype(int)  # thinned, each bin's highest row kept
     t = np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a], dtype=int)
     timeline, bands = profile.timeline[t], profile.bands[t] if profile.bands is not None else None
-    bottom = np.zeros(len(t))
+    bottom, fill = np.zeros(len(t)), functools.partial(ax.fill_between, t, lw=0, step="post")
     has_bands = bands is not None and profile.band_bytes and bands.any()
     for i, cat in enumerate(CATEGORIES):
         values, label, color = timeline[:, i].astype(float) / unit, cat, COLORS[cat]
@@ -139,12 +137,10 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
             for k in range(int(bands.max())):
                 height = np.where(bands > k, band, 0.0)
                 first = f"saved layer inputs (max {int(bands.max())})" if k == 0 else None
-                ax.fill_between(
-                    t, bottom, bottom + height, color=color, alpha=0.55 if k % 2 else 0.85, lw=0, label=first, step="post"
-                )
+                fill(bottom, bottom + height, color=color, alpha=0.55 if k % 2 else 0.85, label=first)
                 bottom = bottom + height
             values, label, color = np.clip(values - bands * band, 0, None), "other activations", "#E8A0A0"
-        ax.fill_between(t, bottom, bottom + values, color=color, lw=0, label=label, step="post")
+        fill(bottom, bottom + values, color=color, label=label)
         bottom = bottom + values
     phases = np.array(profile.phases)
     for phase, shade in (("backward", 0.06), ("optimizer", 0.14)):
@@ -153,8 +149,8 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
             ax.axvspan(idx[0], idx[-1], color="k", alpha=shade, lw=0)
     peak = int(totals.argmax())
     ax.axvline(peak, color="k", ls=":", lw=1)
-    at = (peak, profile.peak_bytes / unit)
-    ax.annotate(f"peak {profile.peak_bytes / unit:.2f}", at, fontsize=8, xytext=(4, -10), textcoords="offset points")
+    top = profile.peak_bytes / unit
+    ax.annotate(f"peak {top:.2f}", (peak, top), fontsize=8, xytext=(4, -10), textcoords="offset points")
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
     xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"
@@ -178,23 +174,22 @@ def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, ca
 
 
 @styled
-def loss_curves(result, ax=None, mark_best: bool = True):
+def loss_curves(result, ax=None):
     """Training and validation loss against step; the validation minimum marked."""
     ax.plot(result.steps, result.losses, color=COLORS["train"], label="train loss", lw=1)
     if result.eval_steps:
         ax.plot(result.eval_steps, result.eval_losses, "o-", color=COLORS["eval"], label="validation loss", ms=3)
-        if mark_best:
-            i = int(np.argmin(result.eval_losses))
-            step, loss = result.eval_steps[i], result.eval_losses[i]
-            ax.plot(step, loss, "*", ms=14, color="k", label=f"best: step {step}, {loss:.3f}")
+        i = int(np.argmin(result.eval_losses))
+        step, loss = result.eval_steps[i], result.eval_losses[i]
+        ax.plot(step, loss, "*", ms=14, color="k", label=f"best: step {step}, {loss:.3f}")
     ax.set(xlabel="optimizer step", ylabel="loss (nats/token)")
     ax.legend()
 
 
 @styled
-def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{:g}", color: str | None = None):
+def bars(values: dict[str, float], ax=None, ylabel: str = "", annotate: str = "{:g}"):
     """One bar per entry, its value written on top."""
-    ax.bar(list(values), list(values.values()), color=color or COLORS["parameters"])
+    ax.bar(list(values), list(values.values()), color=COLORS["parameters"])
     for i, value in enumerate(values.values()):
         ax.annotate(annotate.format(value), (i, value), ha="center", va="bottom", fontsize=8)
     ax.set(ylabel=ylabel)

@@ -1,12 +1,9 @@
-"""What a reader copies into their own training script, printed from the objects the lessons run.
-
-A `Call` is a constructor call kept as data: a class and its keyword arguments. The helpers build their TRL, accelerate
-and peft configs from one (`Call.build`) and the lessons print the same one as source (`snippet`), so the snippet cannot
-drift from what ran; `tests/test_recipe.py` executes every lever's snippet and compares the object it makes."""
+"""What a reader copies into their own training script. A `Call` is a constructor call kept as data (a class and its
+keyword arguments): the helpers build their TRL, accelerate and peft configs from one (`Call.build`) and the lessons
+print the same one as source (`snippet`), so the snippet cannot drift from what ran; tests/test_recipe.py runs each."""
 
 from __future__ import annotations
 
-import enum
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -71,8 +68,6 @@ def _each_call(value, do):
 def _literal(value, indent: int) -> str:
     if isinstance(value, Call):
         return value.source(indent=indent)
-    if isinstance(value, enum.Enum):
-        return _literal(value.value, indent)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if value is None or isinstance(value, (bool, int, float)):

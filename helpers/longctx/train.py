@@ -11,7 +11,6 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 from longctx import device, quiet
 from longctx.errors import LongctxError, check_choice, check_positive_int
@@ -20,23 +19,21 @@ from longctx.recipe import Call
 LOSSES = ("chunked", "plain")
 # TrainConfig fields passed to SFTConfig under their own name, and the SFTConfig settings every run shares
 _SAME = (
-    "output_dir max_steps num_train_epochs per_device_train_batch_size gradient_accumulation_steps learning_rate "
-    "lr_scheduler_type warmup_steps weight_decay max_grad_norm seed max_length logging_steps eval_steps load_best_model_at_end"
+    "output_dir max_steps per_device_train_batch_size gradient_accumulation_steps learning_rate lr_scheduler_type "
+    "warmup_steps max_grad_norm seed max_length logging_steps eval_steps load_best_model_at_end"
 ).split()
-_FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True)
+_FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True, save_strategy="no")
 
 
 @dataclass
 class TrainConfig:
     output_dir: str
     max_steps: int = 10
-    num_train_epochs: float = 1.0
     per_device_train_batch_size: int = 1
     gradient_accumulation_steps: int = 1
     learning_rate: float = 1e-3
     lr_scheduler_type: str = "constant"
     warmup_steps: int = 0
-    weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     seed: int = 0
     loss: str = "chunked"  # "chunked": TRL's fused LM head; "plain": model(labels=...) with full logits
@@ -46,23 +43,19 @@ class TrainConfig:
     offload: bool | str = False
     bf16: bool | None = None  # None: on where the device supports it
     max_length: int | None = None
-    eval_steps: int | None = None  # set → eval_strategy="steps"
-    save_steps: int | None = None
+    eval_steps: int | None = None  # set: evaluation every eval_steps
     load_best_model_at_end: bool = False
     logging_steps: int = 1
     extra: dict = field(default_factory=dict)  # any further SFTConfig field (a recipe.Call is built first)
     for_device: str | None = None  # the device the config is for ("cuda", "cpu"); None: this machine's
 
     def __post_init__(self) -> None:
-        import torch
-
         from longctx.offload import check_offload
 
         check_choice("loss", self.loss, LOSSES)
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
             check_positive_int(name, getattr(self, name))
-        target = self.for_device or ("cuda" if torch.cuda.is_available() else "cpu")
-        check_offload(self.offload, checkpointing=self.gradient_checkpointing, device=target)
+        check_offload(self.offload, checkpointing=self.gradient_checkpointing, device=self.for_device or device())
         if self.load_best_model_at_end and not self.eval_steps:
             raise LongctxError("load_best_model_at_end needs eval_steps (evaluation every N steps).")
 
@@ -72,22 +65,16 @@ class TrainConfig:
 
         target = self.for_device or device()
         bf16 = self.bf16 if self.bf16 is not None else target == "cuda" and (self.for_device is not None or _cuda_bf16())
-        kwargs = {name: getattr(self, name) for name in _SAME}
-        kwargs.update(
-            per_device_eval_batch_size=self.per_device_train_batch_size,
-            data_seed=self.seed,
-            bf16=bf16,
-            use_cpu=target == "cpu",
-            # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
-            activation_checkpointing=self.gradient_checkpointing,
-            activation_checkpointing_kwargs={"offload": True} if self.offload is True else None,
-            eval_strategy="steps" if self.eval_steps else "no",
-            save_strategy="steps" if (self.save_steps or self.load_best_model_at_end) else "no",
-            save_steps=self.save_steps or self.eval_steps or 500,
-            metric_for_best_model="eval_loss",
-            greater_is_better=False,
-            **_FIXED,
-        )
+        kwargs = {name: getattr(self, name) for name in _SAME} | _FIXED
+        kwargs.update(bf16=bf16, use_cpu=target == "cpu", data_seed=self.seed)
+        kwargs["per_device_eval_batch_size"] = self.per_device_train_batch_size
+        # transformers 5.24 renamed gradient_checkpointing (deprecated) to activation_checkpointing
+        offload = {"offload": True} if self.offload is True else None
+        kwargs.update(activation_checkpointing=self.gradient_checkpointing, activation_checkpointing_kwargs=offload)
+        if self.eval_steps:
+            kwargs.update(eval_strategy="steps", metric_for_best_model="eval_loss", greater_is_better=False)
+        if self.load_best_model_at_end:  # a checkpoint at each evaluation
+            kwargs.update(save_strategy="steps", save_steps=self.eval_steps)
         if self.loss == "chunked":  # trl 1.16's default loss: its fused head, the cross-entropy a tile at a time
             kwargs["loss_type"] = "nll"  # (the plain loss is the trainer subclass's, not an SFTConfig setting)
         return Call(SFTConfig, {**kwargs, **self.extra})
@@ -114,10 +101,9 @@ class TrainResult:
     eval_losses: list[float]
     seconds: float
     seconds_per_step: float  # whole train() time (set-up, first-step warm-up included) / steps
-    output_dir: str
     best_checkpoint: str | None
     best_eval_loss: float | None
-    config: dict
+    config: dict  # the TrainConfig's fields
     step_seconds: list[float] = field(default_factory=list)  # each optimizer step alone (run_sft's timer)
     # TRL's count of the tokens trained on so far (attention-mask tokens of every process), per logged step
     num_tokens: list[int] = field(default_factory=list)
@@ -129,21 +115,14 @@ class TrainResult:
         return sum(later) / len(later) if later else None
 
 
-def make_trainer(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None, callbacks=None):
-    """A real trl.SFTTrainer (or the plain-loss subclass) for `model` and pre-tokenized datasets."""
+def make_trainer(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs):
+    """A real trl.SFTTrainer (or the plain-loss subclass) for `model` and pre-tokenized datasets (`kwargs`:
+    eval_dataset, processing_class)."""
     from trl import SFTTrainer
 
-    callbacks = list(callbacks or [])
-    if cfg.offload == "host-pool":
-        callbacks.append(_host_pool_callback())
-    trainer = (plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer)(
-        model=model,
-        args=cfg.sft_config(),
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=processing_class,
-        callbacks=callbacks,
-    )
+    callbacks = list(callbacks or []) + ([_host_pool_callback()] if cfg.offload == "host-pool" else [])
+    cls = plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer
+    trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, callbacks=callbacks, **kwargs)
     quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
     return trainer
 
@@ -170,13 +149,10 @@ def _host_pool_callback():
     return HostPoolOffload()
 
 
-def run_sft(model, train_dataset, cfg: TrainConfig, *, eval_dataset=None, processing_class=None, callbacks=None) -> TrainResult:
-    """Build the trainer, train, and return losses, the eval curve, timings and paths."""
+def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs) -> TrainResult:
+    """Build the trainer (make_trainer's keywords), train, and return losses, the eval curve, timings and paths."""
     timer = _step_timer()
-    callbacks = [*(callbacks or []), timer]
-    trainer = make_trainer(
-        model, train_dataset, cfg, eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks
-    )
+    trainer = make_trainer(model, train_dataset, cfg, callbacks=[*(callbacks or []), timer], **kwargs)
     start = time.perf_counter()
     out = trainer.train()
     return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=timer.seconds)
@@ -187,21 +163,19 @@ def _step_timer():
     import torch
     from transformers import TrainerCallback
 
-    def sync():
+    def now():
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
+        return time.perf_counter()
 
     class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.seconds: list[float] = []
+        seconds: list[float] = []  # (a class of its own per call)
 
         def on_step_begin(self, args, state, control, **kwargs):
-            sync()
-            self._start = time.perf_counter()
+            self.start = now()
 
         def on_step_end(self, args, state, control, **kwargs):
-            sync()
-            self.seconds.append(time.perf_counter() - self._start)
+            self.seconds.append(now() - self.start)
 
     return StepTimer()
 
@@ -218,7 +192,6 @@ def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_
         eval_losses=[float(r["eval_loss"]) for r in eval_rows],
         seconds=seconds,
         seconds_per_step=seconds / max(global_step, 1),
-        output_dir=str(Path(cfg.output_dir)),
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_eval_loss=None if best is None or math.isnan(best) else float(best),
         config=asdict(cfg),

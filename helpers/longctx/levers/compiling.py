@@ -177,30 +177,13 @@ def grpo_generation(model, prompts, *, steps=2, max_completion_length=16, backen
     return summary | {"seconds_per_step": seconds / steps, **counter.summary()}
 
 
-def grpo_call(
-    *, cache_implementation: str | None, steps: int, max_completion_length: int, output_dir: str, seed: int = 0, for_device=None
-):
-    """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints)."""
+def grpo_call(*, cache_implementation, steps, max_completion_length, output_dir, seed=0, for_device=None):
+    """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints). activation_checkpointing=True is
+    GRPOConfig's own default, under transformers 5.24's name for it."""
     from trl import GRPOConfig
 
-    return Call(
-        GRPOConfig,
-        dict(
-            output_dir=output_dir,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=max_completion_length,
-            cache_implementation=cache_implementation,
-            max_steps=steps,
-            learning_rate=1e-5,
-            use_cpu=(for_device or device()) == "cpu",
-            bf16=False,
-            report_to="none",
-            logging_steps=1,
-            disable_tqdm=True,
-            dataloader_pin_memory=False,
-            seed=seed,
-            save_strategy="no",
-            activation_checkpointing=True,  # GRPOConfig's own default, under transformers 5.24's name for it
-        ),
-    )
+    run = dict(output_dir=output_dir, max_steps=steps, seed=seed, use_cpu=(for_device or device()) == "cpu", bf16=False)
+    generation = dict(num_generations=4, max_completion_length=max_completion_length, cache_implementation=cache_implementation)
+    logs = dict(report_to="none", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False, save_strategy="no")
+    fixed = dict(per_device_train_batch_size=4, learning_rate=1e-5, activation_checkpointing=True)
+    return Call(GRPOConfig, {**run, **generation, **logs, **fixed})

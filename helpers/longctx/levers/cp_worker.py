@@ -17,12 +17,8 @@ from longctx.recipe import Call
 def deepspeed_config() -> dict:
     """The Ulysses run's DeepSpeed config. `torch_adam`: torch.optim.AdamW, where DeepSpeed would pick FusedAdam on a
     GPU, a CUDA extension it JIT-compiles with nvcc (longctx installs DeepSpeed with DS_BUILD_OPS=0: no prebuilt ops)."""
-    return {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": 1},
-        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-    }
+    adam = {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}
+    return dict(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, zero_optimization=dict(stage=1), optimizer=adam)
 
 
 def sft_call(spec: dict, world: int):
@@ -60,16 +56,11 @@ def sft_call(spec: dict, world: int):
     ).sft_call()
 
 
-def _full_grads(model, deepspeed: bool = False) -> dict:
-    """Every parameter's whole gradient (FSDP2 shards gathered; DeepSpeed's read through its own API), on the CPU."""
-    if deepspeed:
-        from deepspeed.utils import safe_get_full_grad
-    grads = {}
-    for name, p in model.named_parameters():
-        g = safe_get_full_grad(p) if deepspeed else p.grad
-        if g is not None:
-            grads[name.removeprefix("module.")] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
-    return grads
+def _full_grads(model, grad_of=lambda p: p.grad) -> dict:
+    """Every parameter's whole gradient on the CPU: FSDP2 shards gathered, DeepSpeed's read with its own `grad_of`."""
+    grads = {name.removeprefix("module."): grad_of(p) for name, p in model.named_parameters()}
+    grads = {n: g.full_tensor() if hasattr(g, "full_tensor") else g for n, g in grads.items() if g is not None}
+    return {n: g.detach().cpu().clone() for n, g in grads.items()}
 
 
 def main(spec_path: str) -> None:
@@ -85,20 +76,23 @@ def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     out, mode = Path(spec["out"]), spec["mode"]
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    record: dict = {"rank": rank, "world": world, "mode": mode}
+    box: dict = {}
+    in_step = contextlib.nullcontext()  # DeepSpeed's gradients live only inside its step: read there
     if spec["device"] == "cpu" and mode == "cp":
         compat.register_cpu_ring_attention()
         compat.accelerate_fsdp_on_cpu()
     if mode == "sp":
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         from accelerate import PartialState
+        from deepspeed.utils import safe_get_full_grad
 
         PartialState(backend="gloo" if spec["device"] == "cpu" else "nccl")
+        in_step = compat.before_deepspeed_step(lambda: box.update(grads=_full_grads(trainer.model, safe_get_full_grad)))
     torch.manual_seed(spec["seed"])
     model = models.load(spec["model"], seed=spec["seed"], dtype=spec.get("dtype", "fp32"))
     tok = data.tokenizer_for(spec["model"])  # a real model reads the corpus through its own tokenizer
     dataset = data.long_sequences(spec["seq_len"], 1, tokenizer=tok, seed=spec["seed"])
-    record: dict = {"rank": rank, "world": world, "mode": mode}
-    box: dict = {}
 
     class Measure(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -117,14 +111,13 @@ def main(spec_path: str) -> None:
             box["t"].record()
             box["t"].__exit__(None, None, None)
             prof = box["t"].profile("memtracker")
-            record.update(peak_bytes=prof.peak_bytes, max_by_category=prof.max_by_category())
-            record["activations_peak_bytes"] = record["max_by_category"]["activations"]
+            most = prof.max_by_category()
+            record.update(peak_bytes=prof.peak_bytes, max_by_category=most, activations_peak_bytes=most["activations"])
 
     trainer = SFTTrainer(model=model, args=sft_call(spec, world).build(), train_dataset=dataset, processing_class=tok)
     trainer.add_callback(Measure())
     quiet.no_log_printing(trainer)
-    ds_grads = compat.before_deepspeed_step(lambda: box.update(grads=_full_grads(trainer.model, deepspeed=True)))
-    with ds_grads if mode == "sp" else contextlib.nullcontext():  # DeepSpeed's gradients live only inside its step
+    with in_step:
         trainer.train()
     record["loss"] = next(r["loss"] for r in trainer.state.log_history if "loss" in r)
     if rank == 0:

@@ -57,21 +57,9 @@ class ParallelRun:
         return sft_call(json.loads((self.out / "spec.json").read_text()), self.nprocs)
 
 
-def launch(
-    mode: str,
-    nprocs: int,
-    *,
-    model: str,
-    seq_len: int,
-    out: str | Path,
-    seed: int = 0,
-    checkpointing: bool = False,
-    device: str | None = None,
-    timeout: float = 1800,
-    progress: bool = True,
-    dtype: str = "fp32",
-) -> ParallelRun:
-    """One SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs` processes."""
+def launch(mode, nprocs, *, model, seq_len, out, seed=0, checkpointing=False, timeout=1800, progress=True, dtype="fp32"):
+    """A ParallelRun: one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs`
+    processes of this machine's device, all stopped after `timeout` seconds."""
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:
@@ -82,7 +70,7 @@ def launch(
             "Ulysses sequence parallelism needs DeepSpeed: DS_BUILD_OPS=0 pip install "
             "--no-build-isolation 'longctx[deepspeed]' (CPU builds need no compiled ops)."
         )
-    device = device or current_device()
+    device = current_device()
     if device == "cuda":
         import torch
 
