@@ -20,6 +20,7 @@ class Figure:
     what: str
     rel: float | None = None  # how close longctx's number is held to it in the tests; None: shown, not tested
     why: str = ""  # the reason for that tolerance
+    source: str = "guide"  # who published it (ALST's paper, for the figures past the guide)
 
 
 QWEN3_4B_FIXED = Figure(22, "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)", 0.05, "arithmetic; the guide rounds it")
@@ -44,6 +45,9 @@ OFFLOAD_RESIDENT = Figure(4, "bands of saved inputs still on the GPU in that ste
 OFFLOAD_NO_GAIN_BELOW = Figure(49152, "Qwen3-4B: offload makes no difference below ~48k tokens (tokens)")
 MLP_INTERMEDIATE_1M = Figure(19, "Qwen3-4B at 1,048,576 tokens: one MLP intermediate (GB)")
 MLP_FOUR_1M = Figure(76, "... four of them alive at once in one layer's backward (GB)", 0.01, "arithmetic")
+# Past the guide: ALST (Bekman et al. 2025, arXiv:2506.13996), Llama-3.1-8B with TiledMLP, tiled loss, checkpoint offload
+ALST_ONE_GPU = Figure(500_000, "Llama-3.1-8B on one 80 GB H100: the longest trained sequence (tokens)", source="ALST")
+ALST_ONE_NODE = Figure(3_700_000, "... on one node of 8 H100s, with Ulysses sequence parallelism (tokens)", source="ALST")
 # the guide's step times of Qwen3 at 131k tokens with context parallelism, by the number of GPUs
 CP_STEP_SECONDS_131K = {
     n: Figure(s, f"CP over {n} GPUs, 131k tokens: seconds per step") for n, s in ((2, 34.6), (4, 17.8), (8, 9.5))
@@ -96,7 +100,7 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
     """One line for a lesson's recap: the guide's figure and this run's number (None: not computed here),
     ours shown to the guide's own precision."""
     places = len(repr(figure.value).partition(".")[2]) if isinstance(figure.value, float) else 0
-    guide = f"{figure.what}: guide {figure.value:,.{places}f}"
+    guide = f"{figure.what}: {figure.source} {figure.value:,.{places}f}"
     if ours is None:
         return f"{guide}; not computed at this size"
     return f"{guide}, ours {ours:,.{places}f}" + (f" ({ours / figure.value:.2f}×)" if ratio else "")

@@ -39,6 +39,8 @@ _DEEP = dict(_SMALL, num_hidden_layers=24)
 # Llama-3.2-1B's shapes, from its public config.json: a family no preset covers, on which the estimator is held out
 # (tests/test_estimate.py, benchmarks/guide_cases.py). Build it with transformers.LlamaConfig(**LLAMA_3_2_1B).
 LLAMA_3_2_1B = _shape(16, 2048, 8192, 32, 8, 64, vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=131072)
+# Llama-3.1-8B's (public config.json), the model of ALST's paper (lesson 07)
+LLAMA_3_1_8B = _shape(32, 4096, 14336, 32, 8, 128, vocab_size=128256, tie_word_embeddings=False, max_position_embeddings=131072)
 
 _CPU_PRESETS = {  # name: (description, body, vocabulary, max_position_embeddings)
     "tiny": ("2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU", _TINY, 4096, 2048),
