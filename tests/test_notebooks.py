@@ -97,6 +97,23 @@ def test_03_activation_offload(ran):
     assert {"profile_layers_plain", "profile_layers_offload", "long_context_offload"} <= figures
 
 
+def test_07_tiled_mlp(ran):
+    r = ran("07_tiled_mlp")
+    res = r.results["results"]
+    # measured: tiling lowers the peak where the MLP sets it, with the same loss and gradients to float rounding
+    tiled = res["cpu_peak_tiled_mib"]
+    assert min(tiled.values()) < res["cpu_peak_untiled_mib"]
+    assert res["cpu_loss_abs_diff"] < 1e-4 and res["cpu_grad_abs_diff"] < 1e-3
+    untiled, best = res["cpu_peaks_mib"]
+    assert all(b <= a * 1.001 for a, b in zip(untiled, best)) and best[-1] < untiled[-1]
+    # full size: the guide's levers, then TiledMLP, lower at every length
+    assert res["full_peak_tiled_gib"] < res["full_peak_guide_levers_gib"]
+    plain, with_tiles = res["full_peaks_gib"]
+    assert all(b < a for a, b in zip(plain, with_tiles))
+    figures = {p.stem for p in (r.out / "figures").glob("*.png")}
+    assert {"tiled_mlp_cpu_profile_plain", "tiled_mlp_cpu_profile_tiled", "tiled_mlp_full_scaling"} <= figures
+
+
 def test_05_trainium_padding(ran):
     res = ran("05_trainium_padding").results["results"]
     # the census predicts every run's compile count before it compiles, and matches what the collator produced
