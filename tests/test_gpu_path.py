@@ -216,3 +216,17 @@ def test_a_parquet_folder_without_a_test_split_is_named(tmp_path):
     (tmp_path / "data" / "test-00000-of-00001.parquet").rename(tmp_path / "data" / "validation-00000-of-00001.parquet")
     with pytest.raises(LongctxError, match="no 'test' split"):
         data.long_sequences(64, 1, "validation", dataset=str(tmp_path), tokenizer=data.tokenizer())
+
+
+def test_the_ulysses_deepspeed_config_takes_its_numbers_from_the_sftconfig(tmp_path):
+    """"auto" values: transformers fills them from the trainer's arguments, where fixed ones that differ would be refused
+    when a trainer starts (a reader's SFTConfig has its own learning rate and batch)."""
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+    from trl import SFTConfig
+
+    args = SFTConfig(str(tmp_path), bf16=False, learning_rate=2e-5, per_device_train_batch_size=2, gradient_accumulation_steps=4)
+    ds = HfTrainerDeepSpeedConfig(deepspeed_config())
+    ds.trainer_config_process(args)
+    assert ds.mismatches == []
+    assert ds.config["optimizer"]["params"]["lr"] == 2e-5
+    assert (ds.config["train_micro_batch_size_per_gpu"], ds.config["gradient_accumulation_steps"]) == (2, 4)

@@ -17,8 +17,11 @@ from longctx.recipe import Call
 def deepspeed_config() -> dict:
     """The Ulysses run's DeepSpeed config. `torch_adam`: torch.optim.AdamW, where DeepSpeed would pick FusedAdam on a
     GPU, a CUDA extension it JIT-compiles with nvcc (longctx installs DeepSpeed with DS_BUILD_OPS=0: no prebuilt ops)."""
-    adam = {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}
-    return dict(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, zero_optimization=dict(stage=1), optimizer=adam)
+    # "auto": transformers fills these from the SFTConfig (integrations/deepspeed.py), where fixed values that differ
+    # from it are refused when the trainer starts
+    adam = {"type": "AdamW", "params": {"lr": "auto", "torch_adam": True}}
+    batch = dict(train_micro_batch_size_per_gpu="auto", gradient_accumulation_steps="auto")
+    return dict(batch, zero_optimization=dict(stage=1), optimizer=adam)
 
 
 def sft_call(spec: dict, world: int):
