@@ -3,21 +3,18 @@ optimizer's `step`, on a batch from the trainer's own dataloader."""
 
 from __future__ import annotations
 
+from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
 from longctx.memory.profile import MemoryProfile
-
-
-def first_batch(trainer):
-    """The first training batch exactly as the trainer would feed it (collated, on its device)."""
-    return trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+from longctx.train import TrainConfig, host_pool, make_trainer
 
 
 def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
     """MemoryProfile of one optimizer step of `trainer`, set up as train() sets up its first step: the optimizer
     created, checkpointing (or the CPU offload stand-in, TrainConfig(offload="host-pool")) on."""
-    from longctx.train import host_pool
-
-    model, batch, pool = trainer.model, batch if batch is not None else first_batch(trainer), host_pool(trainer)
+    model, pool = trainer.model, host_pool(trainer)
+    if batch is None:  # the first training batch exactly as the trainer would feed it (collated, on its device)
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     trainer.create_optimizer()
     model.train()
     if pool is not None:
@@ -64,9 +61,6 @@ def sft_step_profile(
     """One real SFTTrainer step of `model` on `dataset` with the given loss and offload mode (see
     TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns); None keeps
     TRL's default."""
-    from longctx.compat import fused_head_tiles
-    from longctx.train import TrainConfig, make_trainer
-
     how = dict(loss=loss, per_device_train_batch_size=batch_size, gradient_checkpointing=gradient_checkpointing, offload=offload)
     cfg = TrainConfig(output_dir=output_dir, max_steps=1, extra={"disable_tqdm": True}, **how)
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
