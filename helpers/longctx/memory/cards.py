@@ -70,7 +70,7 @@ def capacity(gpu: str | float | int) -> tuple[float, str]:
     except (TypeError, ValueError):
         raise LongctxError(f"Unknown GPU {gpu!r}; use one of {', '.join(CARDS)}, or a number of GiB.") from None
     if not (math.isfinite(gib) and gib > 0):
-        raise LongctxError(f"GPU memory (--gpu) must be a positive number of GiB or a card ({', '.join(CARDS)}), got {gpu!r}.")
+        raise LongctxError(f"GPU memory must be a positive number of GiB or a card ({', '.join(CARDS)}), got {gpu!r}.")
     return gib, f"{gib:g} GiB as given"
 
 
