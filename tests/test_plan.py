@@ -43,8 +43,9 @@ def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
     [
         (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "use --gpus 4"),
         (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad to 1000016"),
-        (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "\\(--gpu\\) must be a positive"),
+        (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "GPU memory must be a positive number of GiB"),
     ],
+    ids=["gpus-not-a-power-of-two", "length-not-a-multiple-of-the-cp-chunks", "no-gpu-memory"],
 )
 def test_plan_refusals(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):

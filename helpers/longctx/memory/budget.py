@@ -1,9 +1,8 @@
 """Where training memory goes before activations: weights, gradients, optimizer state.
 
-The arithmetic of the fine-tuning primer, written so that the same function can be checked byte for
-byte against a measured step: it counts AdamW's two moment tensors per trainable element and its one
-scalar `step` tensor per trainable parameter tensor (a detail that matters for an exact match on a
-tiny model and vanishes on a 7B one).
+The fine-tuning primer's arithmetic, written to be checked byte for byte against a measured step: AdamW keeps two
+moment tensors per trainable element and one scalar `step` tensor per trainable parameter tensor (which matters for
+an exact match on a tiny model and vanishes on a 7B one).
 """
 
 from __future__ import annotations
@@ -54,26 +53,18 @@ def training_budget(
     `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor.
     """
     check_choice("method", method, METHODS)
-    for name, dt in (
-        ("weight_dtype", weight_dtype),
-        ("grad_dtype", grad_dtype),
-        ("state_dtype", state_dtype),
-        ("adapter_dtype", adapter_dtype),
-    ):
+    dtypes = dict(weight_dtype=weight_dtype, grad_dtype=grad_dtype, state_dtype=state_dtype, adapter_dtype=adapter_dtype)
+    for name, dt in dtypes.items():
         if dt is not None:
             check_choice(name, dt, BYTES)
     if method == "qlora" and weight_dtype != "nf4":
         raise LongctxError("QLoRA stores the base in 4 bits: pass weight_dtype='nf4' (or method='lora').")
     if method != "full" and trainable_params <= 0:
         raise LongctxError(f"method={method!r} needs trainable_params (the adapter's parameter count) > 0.")
-    step_bytes = trainable_tensors * BYTES["fp32"]
-    if method == "full":
-        g = BYTES[grad_dtype or weight_dtype]
-        return Budget(method, n_params * BYTES[weight_dtype], n_params * g, n_params * 2 * BYTES[state_dtype] + step_bytes)
-    a = BYTES[adapter_dtype or ("bf16" if weight_dtype == "nf4" else weight_dtype)]
-    return Budget(
-        method,
-        n_params * BYTES[weight_dtype] + trainable_params * a,
-        trainable_params * a,
-        trainable_params * 2 * BYTES[state_dtype] + step_bytes,
-    )
+    if method == "full":  # every weight trained, in its own dtype
+        trained, frozen, dtype, grad = n_params, 0, weight_dtype, grad_dtype or weight_dtype
+    else:  # the adapters (bf16 beside a 4-bit base) trained, the base frozen
+        trained, frozen = trainable_params, n_params
+        dtype = grad = adapter_dtype or ("bf16" if weight_dtype == "nf4" else weight_dtype)
+    optimizer = trained * 2 * BYTES[state_dtype] + trainable_tensors * BYTES["fp32"]
+    return Budget(method, frozen * BYTES[weight_dtype] + trained * BYTES[dtype], trained * BYTES[grad], optimizer)

@@ -1,11 +1,9 @@
-"""GPU cards as a capacity: what the driver reports for each card, where a public record shows it, and the
-memory an estimate does not model, named next to every "fits / does not fit".
+"""GPU cards as a capacity: what the driver reports for each card, where a public record shows it, and the memory an
+estimate does not model, named next to every "fits / does not fit".
 
-A card sold as "80 GB" is not 80 GiB of room for a training step. The driver reports a total (what
-`nvidia-smi` prints as "Total" and `torch.cuda.get_device_properties(i).total_memory` returns); of that,
-the CUDA context, NCCL's buffers and the allocator's rounding take a part the estimate leaves out
-(`UNMODELLED`). `longctx estimate/plan --gpu NAME` compares against the reported total and names those
-terms; measure them on your own card with benchmarks/gpu_check.py.
+A card sold as "80 GB" is not 80 GiB of room for a training step: the driver reports a total (nvidia-smi's "Total",
+`torch.cuda.get_device_properties(i).total_memory`), of which the CUDA context, NCCL's buffers and the allocator's
+rounding take a part the estimate leaves out (`UNMODELLED`; measure them on your card with benchmarks/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from dataclasses import dataclass
 from longctx.errors import LongctxError
 from longctx.units import GIB, MIB
 
-# nvidia-smi's totals as a cloud provider listed them for its fleet (modal-labs/modal-client pull request 2797,
-# github.com/modal-labs/modal-client/pull/2797, January 2025)
+# nvidia-smi's totals as a cloud provider listed them for its fleet (January 2025)
 _NVIDIA_SMI_TOTALS = "nvidia-smi totals listed in github.com/modal-labs/modal-client/pull/2797"
 
 
@@ -66,8 +63,7 @@ UNMODELLED = {
 
 def capacity(gpu: str | float | int) -> tuple[float, str]:
     """(GiB, how it was found) for a card name from CARDS or a number of GiB."""
-    if isinstance(gpu, str) and gpu.upper() in {k.upper() for k in CARDS}:
-        card = next(c for k, c in CARDS.items() if k.upper() == gpu.upper())
+    if card := {k.upper(): c for k, c in CARDS.items()}.get(gpu.upper() if isinstance(gpu, str) else None):
         return card.capacity_gib, card.describe()
     try:
         gib = float(gpu)

@@ -1,10 +1,9 @@
 """Fake stand-ins for the GPU kernels a CUDA training step runs, for the estimator.
 
-A CPU-only torch cannot run autograd on fake *CUDA* tensors (the engine asks for a CUDA stream and
-aborts), so the estimator traces on fake CPU tensors and lets `compat.gpu_dispatch()` route the
-device-dependent calls to what a GPU would run. What cannot run here at all (Triton, FlashAttention)
-is replaced by the functions below: they compute nothing (their inputs are fake) but allocate exactly
-the outputs and scratch the real kernels allocate, so the tracker sees the GPU's bytes.
+A CPU-only torch cannot run autograd on fake *CUDA* tensors (the engine asks for a CUDA stream), so the estimator
+traces on fake CPU tensors and `compat.gpu_dispatch()` routes the device-dependent calls here. What cannot run on a CPU
+(Triton, FlashAttention) is replaced by functions that compute nothing but allocate exactly the outputs and scratch the
+real kernels allocate, so the tracker sees the GPU's bytes.
 """
 
 from __future__ import annotations
@@ -17,13 +16,6 @@ from longctx.errors import LongctxError
 
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
-
-
-def _fake_only(*tensors) -> None:
-    if not all(isinstance(t, FakeTensor) for t in tensors):
-        raise LongctxError(
-            "The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only (longctx.memory.estimate)."
-        )
 
 
 class FlashAttention(torch.autograd.Function):
@@ -40,22 +32,21 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v):
-        _fake_only(q, k, v)
+        if not all(isinstance(t, FakeTensor) for t in (q, k, v)):
+            raise LongctxError("The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only.")
         b, h, s, d = q.shape
-        # the value's head size sets the output's (MLA models: DeepSeek-V2's values are 128 wide, queries 192)
-        out = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)  # SDPA's layout: no copy to make it contiguous
-        lse = q.new_empty((b, h, s), dtype=torch.float32)
-        ctx.save_for_backward(q, k, v, out, lse)
+        # the value's head size sets the output's (MLA: DeepSeek-V2's values are 128 wide, its queries 192); SDPA's
+        # layout without a copy to make it contiguous
+        out = q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2)
+        ctx.save_for_backward(q, k, v, out, q.new_empty((b, h, s), dtype=torch.float32))
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, _out, _lse = ctx.saved_tensors
         b, h, s, d = q.shape
-        scratch = [
-            q.new_empty((b, h, _round_up(s, 128)), dtype=torch.float32),
-            q.new_empty((b, _round_up(s, 128), h, _round_up(d, 32) if d <= 192 else 256), dtype=torch.float32),
-        ]
+        rows, width = _round_up(s, 128), _round_up(d, 32) if d <= 192 else 256
+        scratch = [q.new_empty((b, h, rows), dtype=torch.float32), q.new_empty((b, rows, h, width), dtype=torch.float32)]
         if k.shape[1] != h:
             scratch += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, v.shape[3]))]
         grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
@@ -69,40 +60,34 @@ def flash_attention(q, k, v):
 
 
 def sdpa_as_cuda(original):
-    """`F.scaled_dot_product_attention` as PyTorch dispatches it on an H100-class GPU in bf16/fp16:
-    no mask, equal head sizes ≤ 256 → the flash kernel (grouped K/V heads natively); a mask, or values narrower
-    than the queries (MLA, which flash refuses: torch's check_head_dim_size_flash) → the memory-efficient kernel,
-    which takes the mask as an additive bias in the query's dtype (a boolean
-    mask is converted first, one more (seq × seq) copy; its own workspace is not modelled) and does not
-    take grouped heads (transformers has already expanded them when it passes a mask). Anything else
+    """`F.scaled_dot_product_attention` as PyTorch dispatches it on an H100-class GPU in bf16/fp16: no mask and equal
+    head sizes ≤ 256 → the flash kernel (grouped K/V heads natively); a mask, or values narrower than the queries (MLA,
+    which flash refuses: torch's check_head_dim_size_flash) → the memory-efficient kernel, which takes the mask as an
+    additive bias in the query's dtype (a boolean mask is converted first, one more (seq × seq) copy; its own workspace
+    is not modelled) and no grouped heads (transformers expanded them already when it passes a mask). Anything else
     (fp32, large heads) is left to `original`, as the GPU would fall back too."""
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        half = query.dtype in (torch.float16, torch.bfloat16)
-        same_heads = value.shape[-1] == query.shape[-1]  # flash needs equal head sizes; MLA's values are narrower
-        if half and query.shape[-1] <= 256 and attn_mask is None and same_heads:
+        half = query.dtype in (torch.float16, torch.bfloat16) and query.shape[-1] <= 256
+        same_heads = value.shape[-1] == query.shape[-1]
+        if half and attn_mask is None and same_heads:
             return flash_attention(query, key, value)
-        if half and query.shape[-1] <= 256 and key.shape[1] == query.shape[1] and (attn_mask is not None or not same_heads):
+        if half and key.shape[1] == query.shape[1]:  # (here a mask, or MLA's narrower values)
             bias = attn_mask
             if attn_mask is not None and attn_mask.dtype == torch.bool:  # aten's convert_boolean_attn_mask, first
                 bias = torch.zeros(attn_mask.shape, dtype=query.dtype).masked_fill_(~attn_mask, float("-inf"))
-            out, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
-                query, key, value, bias, True, dropout_p, is_causal, scale=scale
-            )
-            return out
-        return original(
-            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa
-        )
+            efficient = torch.ops.aten._scaled_dot_product_efficient_attention
+            return efficient(query, key, value, bias, True, dropout_p, is_causal, scale=scale)[0]
+        kw = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        return original(query, key, value, **kw)
 
     return sdpa
 
 
-def flash_attention_2(
-    module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None, softcap=None, **kwargs
-):
-    """transformers' attention-function signature for `attn_implementation="flash_attention_2"`: the
-    flash-attn package's kernel (same allocations as above; a sliding window changes what it computes,
-    not what it allocates). Returns (batch, seq, heads, head_dim), as transformers' flash path does."""
+def flash_attention_2(module, query, key, value, attention_mask, **kwargs):
+    """transformers' attention function for `attn_implementation="flash_attention_2"`: the flash-attn package's kernel
+    (the allocations above; dropout, scaling, a sliding window or a softcap change what it computes, not what it
+    allocates), in transformers' flash layout (batch, seq, heads, head_dim)."""
     return flash_attention(query, key, value).transpose(1, 2), None
 
 

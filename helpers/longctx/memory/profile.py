@@ -6,34 +6,32 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from longctx.units import CATEGORIES, GIB, MIB, PHASES  # noqa: F401  (re-read by the profile's users)
+from longctx.units import CATEGORIES, GIB
 
 # What each producer records in MemoryProfile.meta, in one place: a key means one thing whoever made the profile
-# (MemoryProfile.note refuses a key its producer has not declared).
+# (note() refuses a key its producer has not declared). trainer_step's last four come from offload.HostPool.summary.
 META_KEYS = {
-    "estimate": tuple(
+    "estimate": (
         "model seq_len batch loss checkpointing offload dtype cp_size tokens_per_rank mixed_precision device optim "
         "attn_implementation tiled_mlp params fixed_gib per_layer_saved_gib saved_layer_tensors hidden_sized_tensors "
-        "sliding_window attention_mask_gib device_peak_gib method wall_seconds".split()
-    ),
-    # with the CPU host pool's counts (offload.HostPool.summary), when the step offloaded to it
-    "trainer_step": tuple(
-        "trainable_params trainable_tensors total_params tokens loss_value host_peak_bytes host_peak_tensors "
-        "to_host_bytes to_device_bytes".split()
-    ),
-    "cuda_allocator": tuple(
-        "allocator_peak_bytes allocator_baseline_bytes allocator_peak_gib tracker_over_allocator snapshot".split()
-    ),
+        "sliding_window attention_mask_gib device_peak_gib method wall_seconds"
+    ).split(),
+    "trainer_step": (
+        "trainable_params trainable_tensors total_params tokens loss_value host_peak_bytes host_peak_tensors to_host_bytes "
+        "to_device_bytes"
+    ).split(),
+    "cuda_allocator": "allocator_peak_bytes allocator_baseline_bytes allocator_peak_gib tracker_over_allocator snapshot".split(),
 }
+
+
+def _by_category(row) -> dict[str, int]:
+    return dict(zip(CATEGORIES, map(int, row)))
 
 
 @dataclass
 class MemoryProfile:
-    """A step's memory: a timeline of live bytes per category, its peak, and where the peak sits.
-
-    `timeline` has one row per recorded event and one column per entry of CATEGORIES; `phases` names
-    the phase of each row; `host_bytes` the bytes held in host memory (activation offload).
-    """
+    """A step's memory: `timeline` has one row per recorded event and one column per entry of CATEGORIES, `phases`
+    the phase of each row, `host_bytes` the bytes held in host memory (activation offload)."""
 
     device: str
     source: str  # "memtracker", "cuda-allocator" or "fake-tensors"
@@ -49,8 +47,7 @@ class MemoryProfile:
 
     def note(self, producer: str, **values) -> None:
         """Record `values` in meta under the keys `producer` declared in META_KEYS."""
-        undeclared = sorted(set(values) - set(META_KEYS[producer]))
-        if undeclared:
+        if undeclared := sorted(set(values) - set(META_KEYS[producer])):
             raise KeyError(f"{producer} records undeclared meta keys {undeclared}; declare them in META_KEYS")
         self.meta.update(values)
 
@@ -58,26 +55,24 @@ class MemoryProfile:
     def peak_gib(self) -> float:
         return self.peak_bytes / GIB
 
-    def at_end(self) -> dict[str, int]:
-        """The bytes per category after the last recorded event."""
-        return dict(zip(CATEGORIES, (int(x) for x in self.timeline[-1]))) if len(self.timeline) else {}
-
-    def last_row(self, phase: str) -> int | None:
-        """The timeline row of `phase`'s last event (None when the profile has no such phase)."""
-        rows = [i for i, p in enumerate(self.phases) if p == phase]
-        return rows[-1] if rows else None
-
-    def end_of(self, phase: str) -> dict[str, int]:
-        """The bytes per category at the last event of `phase` (e.g. what forward left for backward)."""
-        row = self.last_row(phase)
-        return dict(zip(CATEGORIES, (int(x) for x in self.timeline[row]))) if row is not None else {}
-
-    def max_by_category(self) -> dict[str, int]:
-        return dict(zip(CATEGORIES, (int(x) for x in self.timeline.max(axis=0)))) if len(self.timeline) else {}
-
     @property
     def host_peak_bytes(self) -> int:
         return int(self.host_bytes.max()) if self.host_bytes is not None and len(self.host_bytes) else 0
+
+    def at_end(self) -> dict[str, int]:
+        """The bytes per category after the last recorded event."""
+        return _by_category(self.timeline[-1]) if len(self.timeline) else {}
+
+    def last_row(self, phase: str) -> int | None:
+        """The timeline row of `phase`'s last event (None when the profile has no such phase)."""
+        return max((i for i, p in enumerate(self.phases) if p == phase), default=None)
+
+    def end_of(self, phase: str) -> dict[str, int]:
+        """The bytes per category at the last event of `phase` (e.g. what forward left for backward)."""
+        return {} if (row := self.last_row(phase)) is None else _by_category(self.timeline[row])
+
+    def max_by_category(self) -> dict[str, int]:
+        return _by_category(self.timeline.max(axis=0)) if len(self.timeline) else {}
 
     def summary(self) -> dict:
         """The scalars a notebook records in results.json."""

@@ -3,47 +3,36 @@ optimizer's `step`, on a batch from the trainer's own dataloader."""
 
 from __future__ import annotations
 
+from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
 from longctx.memory.profile import MemoryProfile
-
-
-def first_batch(trainer):
-    """The first training batch exactly as the trainer would feed it (collated, on its device)."""
-    batch = next(iter(trainer.get_train_dataloader()))
-    return trainer._prepare_inputs(batch)
+from longctx.train import TrainConfig, host_pool, make_trainer
 
 
 def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
-    """MemoryProfile of one optimizer step of `trainer` (the optimizer is created as train() would)."""
-    model = trainer.model
+    """MemoryProfile of one optimizer step of `trainer`, set up as train() sets up its first step: the optimizer
+    created, checkpointing (or the CPU offload stand-in, TrainConfig(offload="host-pool")) on."""
+    model, pool = trainer.model, host_pool(trainer)
+    if batch is None:  # the first training batch exactly as the trainer would feed it (collated, on its device)
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     trainer.create_optimizer()
-    optimizer = trainer.optimizer
-    batch = batch if batch is not None else first_batch(trainer)
     model.train()
-    from longctx.train import host_pool
-
-    pool = host_pool(trainer)
-    if pool is not None:  # the CPU offload stand-in (TrainConfig(offload="host-pool"))
+    if pool is not None:
         pool.install(model)
-    elif trainer.args.activation_checkpointing:  # Trainer.train() turns it on; a lone measured step must too
-        kwargs = dict(trainer.args.activation_checkpointing_kwargs or {})
-        model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={k: v for k, v in kwargs.items() if k not in ("every_n_layers", "offload")} or None,
-            every_n_layers=kwargs.get("every_n_layers", 1),
-            offload=kwargs.get("offload", False),
-        )
-    # train() sets this before its first training_step; one measured step does not go through train()
-    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
-
+    elif trainer.args.activation_checkpointing:  # as Trainer.train() turns it on
+        ckpt = dict(trainer.args.activation_checkpointing_kwargs or {})
+        every, offload = ckpt.pop("every_n_layers", 1), ckpt.pop("offload", False)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt or None, every_n_layers=every, offload=offload)
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # train() sets it too
     losses = []
 
     def step():
         losses.append(float(trainer.training_step(model, batch)))
-        optimizer.step()
+        trainer.optimizer.step()
 
     tokens = int(batch["input_ids"].numel())
     band = tokens * model.config.get_text_config().hidden_size * next(model.parameters()).element_size()
-    profile = measure(step, model=model, optimizer=optimizer, band_bytes=band, host_pool=pool)
+    profile = measure(step, model=model, optimizer=trainer.optimizer, band_bytes=band, host_pool=pool)
     trainable = [p for p in model.parameters() if p.requires_grad]
     profile.note(
         "trainer_step",
@@ -72,18 +61,8 @@ def sft_step_profile(
     """One real SFTTrainer step of `model` on `dataset` with the given loss and offload mode (see
     TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns); None keeps
     TRL's default."""
-    from longctx.compat import fused_head_tiles
-    from longctx.train import TrainConfig, make_trainer
-
-    cfg = TrainConfig(
-        output_dir=output_dir,
-        max_steps=1,
-        loss=loss,
-        per_device_train_batch_size=batch_size,
-        gradient_checkpointing=gradient_checkpointing,
-        offload=offload,
-        extra={"disable_tqdm": True},
-    )
+    how = dict(loss=loss, per_device_train_batch_size=batch_size, gradient_checkpointing=gradient_checkpointing, offload=offload)
+    cfg = TrainConfig(output_dir=output_dir, max_steps=1, extra={"disable_tqdm": True}, **how)
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
     with fused_head_tiles(*tiles):
         return trainer_step_profile(trainer)
