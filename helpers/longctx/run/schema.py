@@ -79,7 +79,7 @@ KEYWORDS = {
 
 def _relations(params, relations):
     """Each relation names its parameter first; the first one broken is reported."""
-    for rel in relations:
+    for rel in relations or ():  # an empty `x-relations:` reads as null
         kind, arg = next(iter(rel.items()))  # its kind and the parameters it relates
         name, other = (arg[0], arg[1:]) if isinstance(arg, list) else (arg, None)
         value = params.get(name)
