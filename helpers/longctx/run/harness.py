@@ -81,13 +81,10 @@ def size_params(notebook: Path, size: str) -> dict:
 
 def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
+    if not path.exists() and not (have := ", ".join(sizes(notebook))):  # a notebook run by its path: its stem's sizes
+        raise LongctxError(f"{notebook.name} has no sizes: name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb).")
     if not path.exists():
-        raise LongctxError(
-            f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} ({path.parent}/)."
-            if sizes(notebook)
-            else f"{notebook.name} has no sizes: a notebook run by its path takes them from the repository's "
-            "notebooks/params/<stem>/, so name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb)."
-        )
+        raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {have} ({path.parent}/).")
     try:
         values = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -114,10 +111,8 @@ def declared_parameters(notebook: Path) -> dict:
         assigns = [n for n in ast.parse(cells[0].source).body if isinstance(n, ast.Assign) and len(n.targets) == 1]
         return {n.targets[0].id: ast.literal_eval(n.value) for n in assigns if isinstance(n.targets[0], ast.Name)}
     except (SyntaxError, ValueError) as exc:
-        raise LongctxError(
-            f"{notebook.name}: its parameters cell must assign plain literals (NAME = 4096, a string, "
-            f"a list), one per line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-        ) from None
+        why = f"must assign plain literals (NAME = 4096), one a line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        raise LongctxError(f"{notebook.name}: its parameters cell {why}") from None
 
 
 def parse_overrides(pairs: list[str]) -> dict:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import logging
 import os
+import signal
 import sys
+import traceback
 
 from longctx import versions
 from longctx.errors import LongctxError
@@ -207,7 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", _cmd_run, "execute one notebook headless at a size", size, param, out, quiet)
     p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
-
     p = command("sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, param, out, quiet)
     p.add_argument("notebook")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
@@ -217,14 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", default=None, help="SLURM partition")
     p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
     p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
-
     command("figures", _cmd_figures, "regenerate every guide figure into one folder, with an index page", size, out, force, quiet)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
     for key, value in BASE.items():
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
     p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
-
     p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)
     p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
     p.add_argument("--no-checkpointing", action="store_true", help="keep every activation (no recomputation)")
@@ -237,12 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")
     p.add_argument("--gpu", default=None, help=f"say whether the peak fits {CARDS}, and what is not counted")
     p.add_argument("--exact", action="store_true", help="trace every layer (default: 3 and 4 layers, extended; the same bytes)")
-
     p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
     p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB", help=f"each GPU: {CARDS} (default H100-80GB)")
     p.add_argument("--exact", action="store_true", help="trace every layer of every step")
-
     p = command("list", _cmd_list, "the notebooks, their sizes and what each size needs")
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
     command("presets", _cmd_presets, "the model presets")
@@ -256,8 +256,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
     args = build_parser().parse_args(argv)
     try:
         if hasattr(signal, "SIGPIPE"):  # `longctx list | head -1` ends quietly, as command-line tools do
@@ -266,28 +264,20 @@ def main(argv: list[str] | None = None) -> int:
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
     except KeyboardInterrupt:
-        import logging
-
         logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
         kept = "Finished work is kept (a sweep's finished points, a run's earlier outputs); run the same command again to go on"
         print(f"longctx: interrupted. {kept}.", file=sys.stderr)
         return 130
     except LongctxError as exc:
         if args.debug:
-            import traceback
-
             traceback.print_exc()
         print(f"longctx: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the output itself cannot be written: `longctx list > /dev/full`, a full disk
-        import errno
-
         if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or args.debug:
             raise
-        try:  # what stdout still holds goes nowhere, so the interpreter's last flush does not fail a second time
+        with contextlib.suppress(OSError, ValueError):  # what stdout still holds goes nowhere: no second failed flush
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
         where = f" {exc.filename}" if exc.filename else " the output"
         print(f"longctx: error: could not write{where}: {exc.strerror}. Free space or write elsewhere.", file=sys.stderr)
         return 1
