@@ -17,9 +17,10 @@ from longctx.memory.cards import capacity
 from longctx.models import PRESETS, has_weights, is_local_config
 from longctx.paths import notebooks_dir, user_path
 
-# a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both)
-_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
-_WORDS = {"integer": "a whole number", "number": "a number", "string": "text", "array": "a list", "boolean": "true or false"}
+# a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: type(v) is int)
+_TYPES = _TYPES.redefine("number", lambda _, v: _num(v) and (type(v) is int or math.isfinite(v)))
+_WORDS = dict(integer="a whole number", number="a finite number", string="text", array="a list", boolean="true or false")
 _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
     "minimum": lambda arg: {0: "must not be negative", 1: "must be positive"}.get(arg, f"must be at least {arg}"),
     "exclusiveMinimum": lambda arg: "must be positive" if arg == 0 else f"must be above {arg}",
@@ -104,11 +105,8 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
     relations. `on_cpu`: the run's processes share this machine's CPU cores. `weights=False` leaves out
     the check that a model folder holds weights (a dry run checks a folder whose weights the real run writes first)."""
     declared = schema(notebook)
-    for name, value in params.items():
-        if name not in declared["properties"]:
-            raise LongctxError(f"{notebook} has no parameter {name!r}. Its parameters: {', '.join(declared['properties'])}.")
-        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
-            raise LongctxError(f"{notebook}: {name} must be a finite number, got {value!r}.")
+    if unknown := [name for name in params if name not in declared["properties"]]:
+        raise LongctxError(f"{notebook} has no parameter {unknown[0]!r}. Its parameters: {', '.join(declared['properties'])}.")
     context = {"on_cpu": on_cpu, "weights": weights}
 
     def keyword(check):  # a jsonschema keyword from `check(value, context) -> why or None`
