@@ -253,10 +253,7 @@ def long_sequences(
     check_choice("split", split, SPLITS)
     if (dataset := check_dataset(dataset)) != CORPUS and tokenizer is None:
         raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
-    if dataset == CORPUS:  # None: the corpus BPE
-        stream = _corpus_stream(split, tokenizer, vocab_size)
-    else:
-        stream = _datasets_stream(dataset, "train" if split == "train" else "test", tokenizer, seq_len * n)
+    stream = _stream(dataset, split, tokenizer, vocab_size, min_tokens=seq_len * n)
     starts = np.random.default_rng(seed).integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
     return _windows(stream, starts, [seq_len] * n)
 
@@ -268,7 +265,7 @@ def varied_sequences(
     shapes, as real fine-tuning data does (the padding lesson). `tokenizer`: the model's own (None: the corpus BPE)."""
     if not 0 < check_positive_int("min_len", min_len) <= check_positive_int("max_len", max_len):
         raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
-    stream, rng = _corpus_stream(split, tokenizer, vocab_size), np.random.default_rng(seed)
+    stream, rng = _stream(CORPUS, split, tokenizer, vocab_size), np.random.default_rng(seed)
     lengths = rng.integers(min_len, max_len + 1, size=check_positive_int("n", n))
     return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
 
@@ -331,17 +328,36 @@ def tokenizer_for(model: str):
 
 
 _CORPUS_STREAMS: dict = {}
+_LOAD_ERRORS = (  # what `datasets` raises for a source longctx cannot read → what to do about it
+    (RuntimeError, "scripts are no longer supported", f"{_SCRIPT}: use a parquet copy (for PG-19: {PG19!r})."),
+    (KeyError, "", "has no 'text' column; long_sequences joins the 'text' of each row."),
+    (ValueError, "Bad split", "has no {split!r} split ({exc}). " + _READS),
+)
 
 
-def _corpus_stream(split: str, tok, vocab_size: int = VOCAB_SIZE) -> np.ndarray:
-    """A split's books as token ids: the corpus BPE's cached on disk, another tokenizer's kept in memory."""
+def _stream(dataset: str, split: str, tok, vocab_size: int = VOCAB_SIZE, min_tokens: float = math.inf) -> np.ndarray:
+    """A split's books as token ids joined end to end: the corpus BPE's cached on disk, another tokenizer's kept in
+    memory, a `datasets` source's streamed (no full download) until `min_tokens`, its held-out text the "test" split."""
     name = getattr(tok, "name_or_path", "")
-    if tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve():
+    if dataset == CORPUS and (tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve()):
         return token_stream(split, vocab_size)
-    key = (split, name, len(tok))
-    if key not in _CORPUS_STREAMS:
-        _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
-    return _CORPUS_STREAMS[key]
+    if dataset == CORPUS:
+        if (key := (split, name, len(tok))) not in _CORPUS_STREAMS:
+            _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
+        return _CORPUS_STREAMS[key]
+    from datasets import load_dataset
+
+    split = "train" if split == "train" else "test"
+    try:
+        ids = _joined((row["text"] for row in load_dataset(dataset, split=split, streaming=True)), tok, min_tokens)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        known = [why for kind, words, why in _LOAD_ERRORS if isinstance(exc, kind) and words in str(exc)]
+        if not known:
+            raise
+        raise LongctxError(f"{dataset!r} " + known[0].format(split=split, exc=exc)) from None
+    if not ids:
+        raise LongctxError(f"{dataset!r} split {split!r} is empty.")
+    return np.asarray(ids, dtype=np.int64)
 
 
 def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
@@ -373,26 +389,3 @@ def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
     if out.resolve() == (data_dir() / PARQUET_DIR).resolve():
         _record(written)
     return out
-
-
-_LOAD_ERRORS = (  # what `datasets` raises for a source longctx cannot read → what to do about it
-    (RuntimeError, "scripts are no longer supported", f"{_SCRIPT}: use a parquet copy (for PG-19: {PG19!r})."),
-    (KeyError, "", "has no 'text' column; long_sequences joins the 'text' of each row."),
-    (ValueError, "Bad split", "has no {split!r} split ({exc}). " + _READS),
-)
-
-
-def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarray:
-    """Books of a `datasets` source joined end to end until `min_tokens` (streamed: no full download)."""
-    from datasets import load_dataset
-
-    try:
-        ids = _joined((row["text"] for row in load_dataset(dataset, split=split, streaming=True)), tok, min_tokens)
-    except (RuntimeError, KeyError, ValueError) as exc:
-        known = [why for kind, words, why in _LOAD_ERRORS if isinstance(exc, kind) and words in str(exc)]
-        if not known:
-            raise
-        raise LongctxError(f"{dataset!r} " + known[0].format(split=split, exc=exc)) from None
-    if not ids:
-        raise LongctxError(f"{dataset!r} split {split!r} is empty.")
-    return np.asarray(ids, dtype=np.int64)
