@@ -58,9 +58,8 @@ def resolve(name: str) -> Path:
     raise LongctxError(f"Unknown notebook {name!r}. Available: {', '.join(found) or '(none)'}.")
 
 
-def sizes(notebook: Path) -> list[str]:
-    folder = notebooks_dir() / "params" / notebook.stem
-    return sorted(p.stem for p in folder.glob("*.yaml") if p.stem in SIZES)  # beside them: schema.yaml
+def sizes(notebook: Path) -> list[str]:  # the size files in notebooks/params/<stem>/ (beside them: schema.yaml)
+    return sorted(p.stem for p in (notebooks_dir() / "params" / notebook.stem).glob("*.yaml") if p.stem in SIZES)
 
 
 def size_params(notebook: Path, size: str) -> dict:

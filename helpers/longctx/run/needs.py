@@ -82,8 +82,7 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
         return needs
     have, run = have or machine(), f"{notebook} at size {size}"
     count, wanted = len(have.memory_bytes), f"{run} needs {needs.describe().split(',')[0]}"
-    kinds = ("cuda", "neuron") if needs.accelerator == "cuda-or-neuron" else ("cuda",)
-    if have.accelerator not in kinds or count < needs.gpus:
+    if have.accelerator not in needs.accelerator.split("-or-") or count < needs.gpus:  # "cuda" or "cuda-or-neuron"
         found = f"{count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
         raise LongctxError(
             f"{wanted}; this machine has {found}. Run it where they are (e.g. `longctx sweep ... --executor slurm --gpus N`), "

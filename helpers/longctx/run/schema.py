@@ -77,8 +77,7 @@ KEYWORDS = {
 def _relations(params, relations):
     """Each relation names its parameter first; the first one broken is reported."""
     for rel in relations or ():  # an empty `x-relations:` reads as null
-        kind, arg = next(iter(rel.items()))  # its kind and the parameters it relates
-        name, other = (arg[0], arg[1:]) if isinstance(arg, list) else (arg, None)
+        [(kind, (name, *other))] = rel.items()  # one relation: its kind, its parameter, and what it relates that to
         value = params.get(name)
         why = None
         if kind == "at_most" and _num(value) and _num(params.get(other[0])) and value > params[other[0]]:
