@@ -1,6 +1,5 @@
-"""A notebook's parameters checked against its schema, `notebooks/params/<notebook>/schema.yaml`: a JSON Schema of
-names, types and ranges validated by the jsonschema library, plus the checks between parameters a schema cannot
-state (`x-relations`). The one place a notebook's parameters are checked, before a kernel starts."""
+"""Each notebook's parameters checked once, before a kernel starts, against notebooks/params/<notebook>/schema.yaml: a
+JSON Schema of names, types and ranges validated by jsonschema, plus the relations it cannot state (`x-relations`)."""
 
 from __future__ import annotations
 
