@@ -50,9 +50,9 @@ def _weights(value, context):
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, "base"):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
             if is_local_config(user_path(value, "The model")) and not has_weights(value):
-                return (  # only .safetensors files are loaded: a pickled pytorch_model.bin can run code
-                    "has no weights to load (a config.json alone is for estimates): give a model folder with its "
-                    ".safetensors files, a hub id, or a preset"
+                return (
+                    "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
+                    "a config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"
                 )
 
 
