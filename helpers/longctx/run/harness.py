@@ -20,7 +20,7 @@ from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
 from longctx.models import PRESETS, check_spec
 from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
-from longctx.run import needs
+from longctx.run import needs, schema
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
@@ -51,20 +51,15 @@ def resolve(name: str) -> Path:
         declared_parameters(given)  # a missing file, or one that is no notebook, is told so before its sizes are looked up
         return given.resolve()
     if len(given.parts) > 1:  # a path without the suffix: not a repository notebook's name
-        raise LongctxError(
-            f"{name} is a path but not a notebook file: give the file itself ({name}.ipynb), or a "
-            "notebook's name (01, chunked_loss, 01_chunked_loss)."
-        )
+        raise LongctxError(f"{name} is a path but not a notebook file: give the file itself ({name}.ipynb) or a notebook's name.")
     found = notebooks()
-    matches = [p for s, p in found.items() if name == s or name in s.split("_", 1)]  # its stem, number or title
-    if len(matches) == 1:
+    if len(matches := [p for s, p in found.items() if name == s or name in s.split("_", 1)]) == 1:  # stem, number or title
         return matches[0]
     raise LongctxError(f"Unknown notebook {name!r}. Available: {', '.join(found) or '(none)'}.")
 
 
-def sizes(notebook: Path) -> list[str]:
-    folder = notebooks_dir() / "params" / notebook.stem
-    return sorted(p.stem for p in folder.glob("*.yaml") if p.stem in SIZES)  # beside them: schema.yaml
+def sizes(notebook: Path) -> list[str]:  # the size files in notebooks/params/<stem>/ (beside them: schema.yaml)
+    return sorted(p.stem for p in (notebooks_dir() / "params" / notebook.stem).glob("*.yaml") if p.stem in SIZES)
 
 
 def size_params(notebook: Path, size: str) -> dict:
@@ -75,8 +70,7 @@ def size_params(notebook: Path, size: str) -> dict:
         if isinstance(raw, str) and "{data}" in raw:
             rehearsal[key] = path = raw.format(data=data_dir())
             if not Path(path).exists():
-                fix = f"`longctx pretrain --out {path}` builds a base model there"
-                fix = fix if "yarn-base" in raw else "`longctx data` builds it"
+                fix = f"`longctx pretrain --out {path}` builds it" if "yarn-base" in raw else "`longctx data` builds it"
                 raise LongctxError(
                     f"The rehearsal size reads {key}={path}, which is not there (the data folder is {data_dir()}; "
                     f"LONGCTX_DATA moves it). {fix}, or unset LONGCTX_DATA to use the repository's data/."
@@ -86,13 +80,10 @@ def size_params(notebook: Path, size: str) -> dict:
 
 def _size_file(notebook: Path, size: str) -> dict:
     path = notebooks_dir() / "params" / notebook.stem / f"{size}.yaml"
+    if not path.exists() and not (have := ", ".join(sizes(notebook))):  # a notebook run by its path: its stem's sizes
+        raise LongctxError(f"{notebook.name} has no sizes: name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb).")
     if not path.exists():
-        raise LongctxError(
-            f"No size {size!r} for {notebook.stem}. Available sizes: {', '.join(sizes(notebook))} ({path.parent}/)."
-            if sizes(notebook)
-            else f"{notebook.name} has no sizes: a notebook run by its path takes them from the repository's "
-            "notebooks/params/<stem>/, so name a copy like the lesson it copies (e.g. 01_chunked_loss.ipynb)."
-        )
+        raise LongctxError(f"No size {size!r} for {notebook.stem}. Available sizes: {have} ({path.parent}/).")
     try:
         values = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -119,10 +110,8 @@ def declared_parameters(notebook: Path) -> dict:
         assigns = [n for n in ast.parse(cells[0].source).body if isinstance(n, ast.Assign) and len(n.targets) == 1]
         return {n.targets[0].id: ast.literal_eval(n.value) for n in assigns if isinstance(n.targets[0], ast.Name)}
     except (SyntaxError, ValueError) as exc:
-        raise LongctxError(
-            f"{notebook.name}: its parameters cell must assign plain literals (NAME = 4096, a string, "
-            f"a list), one per line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-        ) from None
+        why = f"must assign plain literals (NAME = 4096), one a line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        raise LongctxError(f"{notebook.name}: its parameters cell {why}") from None
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -187,10 +176,9 @@ def _absolute(value):
 
 
 def check_parameters(notebook: Path, values: dict, size: str | None = None, *, weights: bool = True) -> None:
-    """The one check of a run's parameters: the notebook's schema (a CPU `size` also bounds processes and memory;
-    `weights`: see schema.check), then the models and the text source they name."""
+    """The one check of a run's parameters: the notebook's schema (a CPU `size` also bounds its processes; `weights`:
+    see schema.check), then the models and the text source they name."""
     from longctx.data import check_dataset
-    from longctx.run import schema
 
     merged = {**declared_parameters(notebook), **values}
     on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
@@ -280,7 +268,6 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
     results = []
     for nb in chosen:
         print(f"== {nb.stem} ({size})", flush=True)
-        r = run(nb.stem, size, progress=progress)
+        results.append(r := run(nb.stem, size, progress=progress))
         print(f"   {r.seconds:.0f} s → {r.out}", flush=True)
-        results.append(r)
     return results

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,7 +28,7 @@ GB = 1e9  # cards are sold in decimal GB: an "80 GB" H100 reports about 85.5e9 b
 @dataclass(frozen=True)
 class Needs:
     minutes: float
-    accelerator: str = "none"
+    accelerator: str = "none"  # none, cuda or cuda-or-neuron
     gpus: int = 0
     gpu_memory_gb: float = 0.0
     hub: bool = False
@@ -44,25 +45,18 @@ class Needs:
 
 @lru_cache(maxsize=None)
 def table() -> dict[str, dict[str, Needs]]:
-    """notebook stem → size → Needs (accelerator: none, cuda or cuda-or-neuron)."""
+    """notebook stem → size → Needs."""
     raw = yaml.safe_load((notebooks_dir() / "params" / "needs.yaml").read_text()) or {}
     return {nb: {size: Needs(**fields) for size, fields in row.items()} for nb, row in raw.items()}
 
 
 def of(notebook: str, size: str) -> Needs:
-    try:
-        return table()[notebook][size]
-    except KeyError:
-        raise LongctxError(
-            f"notebooks/params/needs.yaml declares nothing for {notebook} at size {size!r}: add its needs "
-            "(accelerator, gpus, gpu_memory_gb, hub, disk_gb, minutes)."
-        ) from None
+    if size not in table().get(notebook, {}):
+        raise LongctxError(f"notebooks/params/needs.yaml declares nothing for {notebook} at size {size!r}: add its needs.")
+    return table()[notebook][size]
 
 
-@dataclass(frozen=True)
-class Machine:
-    accelerator: str  # "cuda", "neuron" or "none"
-    memory_bytes: tuple[int, ...]  # per accelerator
+Machine = namedtuple("Machine", "accelerator memory_bytes")  # "cuda", "neuron" or "none"; bytes per accelerator
 
 
 def machine() -> Machine:
@@ -81,57 +75,44 @@ def machine() -> Machine:
     return Machine("none", ())
 
 
-def hub_ids(params: dict) -> list[str]:
-    """The hub ids a run's parameters name: MODEL, DATASET, ... values shaped like 'org/name' that are no local path."""
-    return [
-        v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str) and HUB_ID.match(v) and not Path(v).exists()
-    ]
-
-
 def check(notebook: str, size: str, params: dict, have: Machine | None = None) -> Needs:
     """Refuse, naming what is missing, when this machine lacks what `notebook` at `size` needs."""
     needs = of(notebook, size)
     if needs.accelerator == "none":
         return needs
-    have = have or machine()
-    count, wanted = len(have.memory_bytes), f"{notebook} at size {size} needs {needs.describe().split(',')[0]}"
-    kinds = ("cuda", "neuron") if needs.accelerator == "cuda-or-neuron" else ("cuda",)
-    if have.accelerator not in kinds or count < needs.gpus:
+    have, run = have or machine(), f"{notebook} at size {size}"
+    count, wanted = len(have.memory_bytes), f"{run} needs {needs.describe().split(',')[0]}"
+    if have.accelerator not in needs.accelerator.split("-or-") or count < needs.gpus:  # "cuda" or "cuda-or-neuron"
         found = f"{count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
         raise LongctxError(
             f"{wanted}; this machine has {found}. Run it where they are (e.g. `longctx sweep ... --executor slurm --gpus N`), "
             "or use --size cpu (the lesson on a CPU) or --size rehearsal (the GPU code paths on a CPU)."
         )
     cuda = have.memory_bytes[: needs.gpus] if have.accelerator == "cuda" else ()  # a Neuron core's memory is not read
-    small = [i for i, b in enumerate(cuda) if b < needs.gpu_memory_gb * GB]
-    if small:
+    if small := [i for i, b in enumerate(cuda) if b < needs.gpu_memory_gb * GB]:
         raise LongctxError(
             f"{wanted}; this machine has {', '.join(f'cuda:{i} {have.memory_bytes[i] / GB:.0f} GB' for i in small)}. Use larger "
             "cards, or lower the size's lengths with -p (check them first with `longctx estimate`)."
         )
-    if needs.hub:
-        _check_hub(f"{notebook} at size {size}", needs, hub_ids(params))
+    if not needs.hub:
+        return needs
+    from huggingface_hub import constants  # the hub ids a run names (MODEL, DATASET, ...) must be cached or fit the disk
+
+    cache, ids = Path(constants.HF_HUB_CACHE), [v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)]
+    ids = [i for i in ids if HUB_ID.match(i) and not Path(i).exists()]
+    if missing := [i for i in ids if not any((cache / f"{k}--{i.replace('/', '--')}").is_dir() for k in ("models", "datasets"))]:
+        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+            raise LongctxError(
+                f"{run} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE is set and they are not in the cache. "
+                "Download them first (huggingface-cli download), or point MODEL / DATASET at local folders with -p."
+            )
+        cache.mkdir(parents=True, exist_ok=True)
+        if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
+            raise LongctxError(
+                f"{run} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) into {cache}, which has {free / GB:.1f} GB "
+                "free. Free space there or set HF_HOME to a larger disk."
+            )
     return needs
-
-
-def _check_hub(run: str, needs: Needs, ids: list[str]) -> None:
-    from huggingface_hub import constants
-
-    cache = Path(constants.HF_HUB_CACHE)
-    missing = [i for i in ids if not any((cache / f"{kind}--{i.replace('/', '--')}").is_dir() for kind in ("models", "datasets"))]
-    if not missing:
-        return
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise LongctxError(
-            f"{run} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE is set and they are not in the cache. "
-            "Download them first (huggingface-cli download), or point MODEL / DATASET at local folders with -p."
-        )
-    cache.mkdir(parents=True, exist_ok=True)
-    if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
-        raise LongctxError(
-            f"{run} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) into {cache}, which has {free / GB:.1f} GB "
-            "free. Free space there or set HF_HOME to a larger disk."
-        )
 
 
 def markdown() -> str:

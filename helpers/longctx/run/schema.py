@@ -1,9 +1,9 @@
-"""A notebook's parameters checked against its schema, `notebooks/params/<notebook>/schema.yaml`: a JSON Schema of
-names, types and ranges validated by the jsonschema library, plus the checks between parameters a schema cannot
-state (`x-relations`). The one place a notebook's parameters are checked, before a kernel starts."""
+"""Each notebook's parameters checked once, before a kernel starts, against notebooks/params/<notebook>/schema.yaml: a
+JSON Schema of names, types and ranges validated by jsonschema, plus the relations it cannot state (`x-relations`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from functools import lru_cache
@@ -16,9 +16,10 @@ from longctx.memory.cards import capacity
 from longctx.models import PRESETS, has_weights, is_local_config
 from longctx.paths import notebooks_dir, user_path
 
-# a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both)
-_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
-_WORDS = {"integer": "a whole number", "number": "a number", "string": "text", "array": "a list", "boolean": "true or false"}
+# a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: type(v) is int)
+_TYPES = _TYPES.redefine("number", lambda _, v: _num(v) and (type(v) is int or math.isfinite(v)))
+_WORDS = dict(integer="a whole number", number="a finite number", string="text", array="a list", boolean="true or false")
 _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
     "minimum": lambda arg: {0: "must not be negative", 1: "must be positive"}.get(arg, f"must be at least {arg}"),
     "exclusiveMinimum": lambda arg: "must be positive" if arg == 0 else f"must be above {arg}",
@@ -38,26 +39,21 @@ def schema(notebook: str) -> dict:
 
 
 def _card(value, context):
-    if not isinstance(value, str):
-        return None  # its type is reported
     try:
-        capacity(value)
+        if isinstance(value, str):  # another type is reported as such
+            capacity(value)
     except LongctxError as exc:
         return f"is not a card: {str(exc).rstrip('.')}"
 
 
 def _weights(value, context):
-    if not context["weights"] or not isinstance(value, str) or value in (*PRESETS, "base"):
-        return None
-    try:
-        local = is_local_config(user_path(value, "The model"))
-    except LongctxError:
-        return None  # names that are no model at all are refused afterwards (models.check_spec)
-    if local and not has_weights(value):
-        return (  # only safetensors files are loaded: a pickled pytorch_model.bin can run code
-            "has no weights to load (a config.json alone is for estimates): give a model folder with its .safetensors "
-            "files, a hub id, or a preset"
-        )
+    if context["weights"] and isinstance(value, str) and value not in (*PRESETS, "base"):
+        with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
+            if is_local_config(user_path(value, "The model")) and not has_weights(value):
+                return (
+                    "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
+                    "a config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"
+                )
 
 
 def _processes(value, context):
@@ -71,7 +67,7 @@ KEYWORDS = {
     "x-weights": _weights,
     "x-processes": _processes,
     "x-pad": lambda v, _: None
-    if v in (None, "auto") or _num(v) and v > 0 and isinstance(v, int)
+    if v in (None, "auto") or type(v) is int and v > 0
     else 'must be null, "auto" or a positive whole number',
     "x-power-of-two": lambda v, _: None if is_power_of_two(v) else "must be a power of two (1, 2, 4, 8, ...)",
 }
@@ -79,9 +75,8 @@ KEYWORDS = {
 
 def _relations(params, relations):
     """Each relation names its parameter first; the first one broken is reported."""
-    for rel in relations:
-        kind, arg = next(iter(rel.items()))  # its kind and the parameters it relates
-        name, other = (arg[0], arg[1:]) if isinstance(arg, list) else (arg, None)
+    for rel in relations or ():  # an empty `x-relations:` reads as null
+        [(kind, (name, *other))] = rel.items()  # one relation: its kind, its parameter, and what it relates that to
         value = params.get(name)
         why = None
         if kind == "at_most" and _num(value) and _num(params.get(other[0])) and value > params[other[0]]:
@@ -103,38 +98,26 @@ def _num(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _keyword(check, context):
-    """A jsonschema keyword from `check(value, context) -> why or None`."""
-
-    def validate(validator, argument, value, _schema):
-        if why := check(value, context):
-            yield ValidationError(why)
-
-    return validate
-
-
 def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = True) -> None:
     """Refuse, naming the fix, a parameter the notebook does not have, or a value outside its type, range or
     relations. `on_cpu`: the run's processes share this machine's CPU cores. `weights=False` leaves out
     the check that a model folder holds weights (a dry run checks a folder whose weights the real run writes first)."""
     declared = schema(notebook)
-    for name, value in params.items():
-        if name not in declared["properties"]:
-            raise LongctxError(f"{notebook} has no parameter {name!r}. Its parameters: {', '.join(declared['properties'])}.")
-        if any(isinstance(v, float) and not math.isfinite(v) for v in (value if isinstance(value, list) else [value])):
-            raise LongctxError(f"{notebook}: {name} must be a finite number, got {value!r}.")
+    if unknown := [name for name in params if name not in declared["properties"]]:
+        raise LongctxError(f"{notebook} has no parameter {unknown[0]!r}. Its parameters: {', '.join(declared['properties'])}.")
     context = {"on_cpu": on_cpu, "weights": weights}
-    keywords = {k: _keyword(f, context) for k, f in KEYWORDS.items()}
+
+    def keyword(check):  # a jsonschema keyword from `check(value, context) -> why or None`
+        return lambda validator, arg, value, _: [ValidationError(why)] if (why := check(value, context)) else []
+
+    keywords = {k: keyword(f) for k, f in KEYWORDS.items()}
     keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels)
     validator = validators.extend(Draft202012Validator, keywords, type_checker=_TYPES)(declared)
-    # per parameter in its order, the innermost finding first; the relations between them last
-    order = list(declared["properties"])
-    found = sorted(
-        validator.iter_errors(params), key=lambda e: (order.index(e.path[0]), -len(e.path)) if e.path else (len(order), 0)
-    )
-    if not found:
+    order = list(declared["properties"])  # per parameter in its order, the innermost finding first; relations last
+    found = validator.iter_errors(params)
+    error = min(found, key=lambda e: (order.index(e.path[0]), -len(e.path)) if e.path else (len(order), 0), default=None)
+    if error is None:
         return
-    error = found[0]
     if not error.path:  # x-relations: the message names its parameter
         raise LongctxError(f"{notebook}: {error.message}.")
     name, *inner = error.path

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import logging
 import os
+import signal
 import sys
+import traceback
 
 from longctx import versions
 from longctx.errors import LongctxError
@@ -19,8 +24,10 @@ CARDS = "a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reporte
 def _cmd_run(args) -> None:
     from longctx.run import harness
 
-    overrides = harness.parse_overrides(args.param or [])
-    r = harness.run(args.notebook, args.size, overrides, out=args.out, progress=not args.quiet)
+    if args.command == "all":  # every notebook (or those named), each into build/<notebook>/
+        harness.run_all(args.size, args.notebooks or None, progress=not args.quiet)
+        return
+    r = harness.run(args.notebook, args.size, harness.parse_overrides(args.param), out=args.out, progress=not args.quiet)
     print(f"{r.notebook} ({r.size}) finished in {r.seconds:.1f} s → {r.out / 'results.json'}")
 
 
@@ -28,18 +35,16 @@ def _cmd_sweep(args) -> None:
     from longctx.run import harness
     from longctx.tools import sweep
 
-    slurm = {k: v for k, v in (("partition", args.partition), ("gpus", args.gpus), ("time", args.time)) if v is not None}
-    fixed = harness.parse_overrides(args.param or [])
-    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid or []), fixed=fixed, out=args.out)
+    slurm = {k: getattr(args, k) for k in ("partition", "gpus", "time") if getattr(args, k) is not None}
+    fixed = harness.parse_overrides(args.param)
+    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid), fixed=fixed, out=args.out)
     path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric, progress=not args.quiet)
     rows = sweep.table(sw)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "died", "missing")}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
     if unfinished := counts["error"] + counts["died"] + counts["missing"]:
-        raise LongctxError(
-            f"{unfinished} point(s) did not finish; see point.json under {sw.out / 'points'} and re-run the same "
-            "command to retry them."
-        )
+        where = sw.out / "points"
+        raise LongctxError(f"{unfinished} point(s) did not finish (see point.json under {where}); the same command retries them.")
 
 
 def _cmd_figures(args) -> None:
@@ -55,12 +60,6 @@ def _cmd_pretrain(args) -> None:
     kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k) is not None}
     out = base_model.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
     print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
-
-
-def _cmd_all(args) -> None:
-    from longctx.run import harness
-
-    harness.run_all(args.size, args.notebooks or None, progress=not args.quiet)
 
 
 def _cmd_list(args) -> None:
@@ -80,11 +79,11 @@ def _cmd_data(args) -> None:
     from longctx import data
 
     named = os.environ.get("LONGCTX_DATA")
-    if args.verify and named and not user_path(named, "LONGCTX_DATA").is_dir():  # verifying creates nothing
-        what = "is a file, not a folder" if user_path(named, "LONGCTX_DATA").exists() else "does not exist"
+    if args.verify and named and not (where := user_path(named, "LONGCTX_DATA")).is_dir():  # verifying creates nothing
+        what = "is a file, not a folder" if where.exists() else "does not exist"
         raise LongctxError(
-            f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data in a folder there with "
-            "`longctx data`, or unset LONGCTX_DATA to verify the repository's data/."
+            f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data there with `longctx data`, "
+            "or unset LONGCTX_DATA to verify the repository's data/."
         )
     if not args.verify:  # each step keeps what is there (verified below), or builds it again with --force
         books = len(list(data.fetch_corpus(force=args.force, download=True).glob("*.txt")))
@@ -132,15 +131,17 @@ def _cmd_presets(args) -> None:
 
 
 def _cmd_estimate(args) -> None:
+    from functools import partial
+
     from longctx.memory import cards
     from longctx.memory.estimate import estimate
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
     same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact")  # named alike
-    kwargs = {k: getattr(args, k) for k in same}
-    length = parse_length(args.seq_len)
-    profile = estimate(args.model, length, checkpointing=not args.no_checkpointing, attn_implementation=args.attn, **kwargs)
+    kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
+    step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
+    profile = step(attn_implementation=args.attn)
     summary = {**profile.summary(), "versions": versions()}
     if args.gpu is not None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size)
@@ -156,20 +157,13 @@ def _cmd_estimate(args) -> None:
         f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
         f"{args.optim} AdamW)"
     )
-    if summary["attention_mask_gib"] > 0:
-        window = summary["sliding_window"]
-        note = (
-            f"note: transformers builds (sequence × sequence) attention masks of {summary['attention_mask_gib']:.2f} GiB "
-            f"for {args.attn}" + (f" (sliding window of {window:,} tokens)" if window else "")
-        )
+    if (mask := summary["attention_mask_gib"]) > 0:
+        window = f" (sliding window of {summary['sliding_window']:,} tokens)" if summary["sliding_window"] else ""
+        note = f"note: transformers builds (sequence × sequence) attention masks of {mask:.2f} GiB for {args.attn}{window}"
         if args.device == "cuda" and args.dtype != "fp32" and args.cp_size == 1:  # the same step without them, traced
-            flash = estimate(
-                args.model, length, checkpointing=not args.no_checkpointing, attn_implementation="flash_attention_2", **kwargs
-            )
-            note += (
-                f", and leaves the flash kernel for the masked one: the same step with --attn flash_attention_2 (no "
-                f"masks) peaks at {flash.peak_gib:.2f} GiB, {summary['peak_gib'] - flash.peak_gib:.2f} GiB less"
-            )
+            flash = step(attn_implementation="flash_attention_2").peak_gib
+            note += ", and leaves the flash kernel for the masked one: the same step with --attn flash_attention_2 (no masks) "
+            note += f"peaks at {flash:.2f} GiB, {summary['peak_gib'] - flash:.2f} GiB less"
         print(note + ".")
     if args.gpu is not None:
         print(f"{args.gpu}: {summary['fit']}")
@@ -181,8 +175,7 @@ def _cmd_plan(args) -> None:
 
     gib, how = cards.capacity(args.gpu)
     kwargs = dict(gpus=args.gpus, gpu_memory_gib=gib, mixed_precision=args.mixed_precision, attn_implementation=args.attn)
-    kwargs["exact"] = args.exact
-    result = plan(args.model, parse_length(args.seq_len), progress=True, **kwargs)  # progress on stderr: --json stays JSON
+    result = plan(args.model, parse_length(args.seq_len), progress=True, exact=args.exact, **kwargs)  # progress: stderr
     result["capacity"] = how
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
 
@@ -202,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     quiet = _flag("-q", "--quiet", action="store_true", help="no progress bar")
     force = _flag("--force", action="store_true", help="write again over what this command wrote (other files are kept)")
     as_json = _flag("--json", action="store_true", help="print one JSON object")
-    param = _flag("-p", "--param", action="append", metavar="KEY=VALUE", help="override a notebook parameter (repeatable)")
+    param = _flag("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="set a notebook parameter (repeatable)")
     model = _flag("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
     model.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
     mixed = _flag("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2; needs --cp-size > 1)")
@@ -219,24 +212,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", _cmd_run, "execute one notebook headless at a size", size, param, out, quiet)
     p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
-
     p = command("sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, param, out, quiet)
     p.add_argument("notebook")
-    p.add_argument("--grid", action="append", metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
     p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
     p.add_argument("--executor", default="local", help="local | slurm | slurm-local | slurm-debug (submitit)")
     p.add_argument("--jobs", type=int, default=1, help="local executor: points run at once")
     p.add_argument("--partition", default=None, help="SLURM partition")
     p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
     p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
-
     command("figures", _cmd_figures, "regenerate every guide figure into one folder, with an index page", size, out, force, quiet)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
     for key, value in BASE.items():
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
-    p = command("all", _cmd_all, "execute every notebook at a size (the main job)", size, quiet)
+    p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
-
     p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)
     p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
     p.add_argument("--no-checkpointing", action="store_true", help="keep every activation (no recomputation)")
@@ -249,12 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")
     p.add_argument("--gpu", default=None, help=f"say whether the peak fits {CARDS}, and what is not counted")
     p.add_argument("--exact", action="store_true", help="trace every layer (default: 3 and 4 layers, extended; the same bytes)")
-
     p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
     p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB", help=f"each GPU: {CARDS} (default H100-80GB)")
     p.add_argument("--exact", action="store_true", help="trace every layer of every step")
-
     p = command("list", _cmd_list, "the notebooks, their sizes and what each size needs")
     p.add_argument("--markdown", action="store_true", help="the table the README carries")
     command("presets", _cmd_presets, "the model presets")
@@ -268,8 +256,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
     args = build_parser().parse_args(argv)
     try:
         if hasattr(signal, "SIGPIPE"):  # `longctx list | head -1` ends quietly, as command-line tools do
@@ -278,28 +264,20 @@ def main(argv: list[str] | None = None) -> int:
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
     except KeyboardInterrupt:
-        import logging
-
         logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
         kept = "Finished work is kept (a sweep's finished points, a run's earlier outputs); run the same command again to go on"
         print(f"longctx: interrupted. {kept}.", file=sys.stderr)
         return 130
     except LongctxError as exc:
         if args.debug:
-            import traceback
-
             traceback.print_exc()
         print(f"longctx: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the output itself cannot be written: `longctx list > /dev/full`, a full disk
-        import errno
-
         if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or args.debug:
             raise
-        try:  # what stdout still holds goes nowhere, so the interpreter's last flush does not fail a second time
+        with contextlib.suppress(OSError, ValueError):  # what stdout still holds goes nowhere: no second failed flush
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
         where = f" {exc.filename}" if exc.filename else " the output"
         print(f"longctx: error: could not write{where}: {exc.strerror}. Free space or write elsewhere.", file=sys.stderr)
         return 1
