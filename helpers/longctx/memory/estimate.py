@@ -337,25 +337,16 @@ def estimate(
     first = dict(zip(CATEGORIES, profile.timeline[0]))
     profile.note(
         "estimate",
+        **levers,
+        **{k: trace[k] for k in ("params", "saved_layer_tensors", "hidden_sized_tensors")},
         model=model if isinstance(model, str) else (getattr(cfg, "_name_or_path", "") or cfg.model_type),
         seq_len=seq_len,
-        batch=batch,
-        loss=loss,
-        checkpointing=checkpointing,
-        offload=offload,
         dtype=dtype,
         cp_size=cp_size,
         tokens_per_rank=seq_len // cp_size,
-        mixed_precision=mixed_precision,
         device=device,
-        optim=optim,
-        attn_implementation=attn_implementation,
-        tiled_mlp=tiled_mlp,
-        params=trace["params"],
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,
-        saved_layer_tensors=trace["saved_layer_tensors"],
-        hidden_sized_tensors=trace["hidden_sized_tensors"],
         sliding_window=getattr(text, "sliding_window", None),
         attention_mask_gib=trace["mask_bytes"] / GIB,  # (seq × seq) masks transformers built for the attention kernel
         device_peak_gib=profile.peak_gib,
