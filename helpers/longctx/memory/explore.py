@@ -17,13 +17,9 @@ MODELS = ("qwen3-0.6b", "qwen3-4b", "qwen3-8b")
 @lru_cache(maxsize=512)
 def peak(model: str, seq_len: int, loss: str, checkpointing: bool, offload: bool, gpus: int) -> dict:
     """The estimated step at these settings (per GPU under context parallelism), kept for the next visit."""
-    profile = estimate(model, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, cp_size=gpus)
-    return {
-        "peak_gib": profile.peak_gib,
-        "phase": profile.peak_phase,
-        "gib": {k: v / GIB for k, v in profile.peak_breakdown.items() if v},
-        "host_gib": profile.host_peak_bytes / GIB,
-    }
+    p = estimate(model, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, cp_size=gpus)
+    gib = {k: v / GIB for k, v in p.peak_breakdown.items() if v}
+    return {"peak_gib": p.peak_gib, "phase": p.peak_phase, "gib": gib, "host_gib": p.host_peak_bytes / GIB}
 
 
 def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB", models=MODELS):

@@ -49,12 +49,9 @@ def shrunk(cfg, layers: int):
 
 def _stretches(trace: dict) -> list[tuple[int, str, int, int]]:
     """(layer or -1, phase, first row, end row) of each run of rows with the same layer and phase."""
-    out, row = [], 0
-    for (layer, phase), run in itertools.groupby(zip(trace["layers"], trace["phases"])):
-        size = len(list(run))
-        out.append((layer, phase, row, row + size))
-        row += size
-    return out
+    runs = [(key, len(list(run))) for key, run in itertools.groupby(zip(trace["layers"], trace["phases"]))]
+    ends = np.cumsum([size for _, size in runs])
+    return [(layer, phase, int(end - size), int(end)) for ((layer, phase), size), end in zip(runs, ends)]
 
 
 def extend(small: dict, large: dict, depth: int) -> dict:
@@ -71,7 +68,7 @@ def extend(small: dict, large: dict, depth: int) -> dict:
             raise NotRepeating("the layers do not run once per pass, in order")
         if len({(ph, len(x)) for (i, ph), x in layers[w].items() if 0 < i < k - 1}) != len(passes):
             raise NotRepeating("the middle layers of a pass run different operators")
-    if [len(x) for x in others[0]] and len(others[0]) != len(others[1]):
+    if len(others[0]) != len(others[1]):
         raise NotRepeating("the stretches outside the layers differ")
     more = depth - k_large
 
@@ -96,12 +93,10 @@ def extend(small: dict, large: dict, depth: int) -> dict:
             out.append(_grown(others[0][other], others[1][other], more))
             other += 1
     phases_all = [phase for x, (_, phase) in zip(out, _runs(parts[1])) for _ in range(len(x))]
-    scalars = {k: int(large[k] + more * (large[k] - small[k])) for k in SCALARS}
+    counts = ("params", "saved_layer_tensors", "hidden_sized_tensors", "mask_bytes")
+    scalars = {k: int(large[k] + more * (large[k] - small[k])) for k in counts}
     rows = np.concatenate(out)
     return dict(scalars, rows=rows[:, :-2], host=rows[:, -2], bands=rows[:, -1], phases=phases_all, layers=None)
-
-
-SCALARS = ("params", "saved_layer_tensors", "hidden_sized_tensors", "mask_bytes")
 
 
 def _runs(stretches) -> list[tuple[bool, str]]:
