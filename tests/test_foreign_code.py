@@ -72,7 +72,7 @@ def test_pickled_weights_are_never_loaded(tmp_path):
     folder.mkdir()
     models.config("tiny").save_pretrained(folder)
     (folder / "pytorch_model.bin").write_bytes(b"not loaded")
-    with pytest.raises(LongctxError, match="has no weights to load.*with its .safetensors files"):
+    with pytest.raises(LongctxError, match="has no weights to load .only safetensors files are loaded"):
         harness.run("00", "ci", {"MODEL": str(folder)}, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
     with pytest.raises(OSError, match="safetensors"):
