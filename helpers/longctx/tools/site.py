@@ -1,8 +1,6 @@
-"""`longctx site`: a static HTML site of the lessons as they last ran, built with MkDocs (the Material theme)
-and mkdocs-jupyter from what `longctx run` / `longctx figures` already wrote; nothing is executed. Pages: the
-README, one per executed notebook (with its run's size, versions and finishing time, links to its source and
-the next lesson), the command for a lesson not executed at that size, the figures gallery. Pages link to each
-other relatively, so the site opens from disk (file://) as well as from any static web server."""
+"""`longctx site`: a static HTML site of the lessons as they last ran (MkDocs, Material theme, mkdocs-jupyter), built
+from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
+site opens from disk (file://) as well as from any static web server."""
 
 from __future__ import annotations
 
@@ -23,34 +21,27 @@ from longctx.paths import REPO, build_dir
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 
 
-def runs_on_disk(size: str) -> dict[str, Path]:
-    """notebook → its executed copy under build/<notebook>/, where results.json says it ran at `size`."""
-    from longctx.run import harness
-
-    found = {}
-    for name in harness.notebooks():
-        executed = build_dir() / name / f"{name}.ipynb"
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
-                found[name] = executed
-    return found
-
-
 def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, figures=None, progress=True) -> Path:
-    """Build the site for the runs at `size` (`runs`: notebook → executed .ipynb beside its results.json;
-    default: what `longctx run` / `make` left in build/) into `out` (default build/site/<size>/), and return
-    the folder. `figures`: the folder `longctx figures` wrote (default build/figures/<size>/, if present)."""
+    """Build the site of the runs at `size` into `out` (default build/site/<size>/). `runs`: notebook → executed
+    .ipynb beside its results.json (default: build/<notebook>/ where it ran at `size`); `figures`: `longctx figures`'
+    folder (default build/figures/<size>/)."""
     from longctx.run import harness
 
-    missing = [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing := [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]:
         raise LongctxError(
             f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
             "missing): pip install -e '.[site]' (or `make site`)."
         )
     check_choice("size", size, harness.SIZES)
     out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
-    runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
+    if runs is None:
+        runs = {}
+        for name in harness.notebooks():
+            executed = build_dir() / name / f"{name}.ipynb"
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
+                    runs[name] = executed
+    runs = {k: Path(v) for k, v in runs.items()}
     with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
         docs, site = Path(tmp) / "docs", Path(tmp) / "site"
         nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
@@ -104,9 +95,8 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
 
 
 def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -> None:
-    """The executed notebook with a cell on top naming its run, and a link to the next lesson at the end. Its
-    cells are rendered by nbconvert as written (MkDocs rewrites only .md pages), so their links to another
-    lesson's notebook or to the glossary are made links to the built .html pages."""
+    """The executed notebook with a cell on top naming its run and a link to the next lesson at the end. nbconvert
+    renders its cells as written (MkDocs rewrites only .md pages): links to a notebook or the glossary are made .html."""
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
@@ -167,24 +157,16 @@ def _mkdocs(size: str, docs: Path, site: Path, nav: list, progress: bool) -> Non
         logger.setLevel(level)
 
 
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.found: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.found += [value for key, value in attrs if key in ("href", "src") and value]
-
-
 def broken_links(site: str | Path) -> list[str]:
     """Every relative link and image of every page of `site` that points at no file of the site (links to
     other sites are not followed: the check needs no network)."""
     site = Path(site)
     problems = []
     for page in sorted(site.rglob("*.html")):
-        parser = _Links()
+        parser, found = HTMLParser(), []
+        parser.handle_starttag = lambda tag, attrs: found.extend(v for k, v in attrs if k in ("href", "src") and v)
         parser.feed(page.read_text(encoding="utf-8", errors="replace"))
-        for link in parser.found:
+        for link in found:
             parts = urlsplit(link)
             if parts.scheme or parts.netloc or not parts.path:  # http(s):, data:, mailto:, or a #fragment
                 continue

@@ -1,9 +1,7 @@
-"""Parameter sweeps: every point of a grid executed through papermill into its own folder, resumably (a point
-is done when its folder holds `point.json` with its key: see Sweep.key). A point runs in a temporary folder
-renamed into place when it finished, so an interrupted sweep leaves no half result. Out of memory is a result
-("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
-SLURM through submitit ("slurm"; "slurm-local" / "slurm-debug" rehearse a submission without a cluster). At
-the end: one CSV table (grid values, status, every scalar result) and a plot of one metric."""
+"""Parameter sweeps: each point of a grid run by the harness in a temporary folder renamed into place when it
+finished (`point.json` with its key: Sweep.key), so a sweep resumes and leaves no half result. Out of memory is a
+result ("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
+SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ import platform
 import shutil
 import socket
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from longctx import children, files
@@ -42,20 +41,15 @@ def parse_grid(items: list[str]) -> dict[str, list]:
 
     grid: dict[str, list] = {}
     for item in items:
-        if "=" not in item:
-            raise LongctxError(f"Grid entry {item!r} is not of the form KEY=V1,V2,...")
-        key, raw = item.split("=", 1)
-        values = [v for v in split_top_level(raw) if v.strip()]
-        if not values:
-            raise LongctxError(f"Grid key {key!r} has no values.")
+        key, _, raw = item.partition("=")
+        if not (values := [v for v in split_top_level(raw) if v.strip()]):
+            raise LongctxError(f"Grid entry {item!r} has no values: write KEY=V1,V2,...")
         if key.strip() in grid:
             raise LongctxError(f"Grid key {key!r} is given twice.")
-        parsed = []
-        for v in values:  # values equal after parsing (32, 032, 32.0) are one point
-            value = parse_value(v)
+        grid[key.strip()] = parsed = []
+        for value in map(parse_value, values):  # values equal after parsing (32, 032, 32.0) are one point
             if not any(value == p and isinstance(value, bool) == isinstance(p, bool) for p in parsed):
                 parsed.append(value)
-        grid[key.strip()] = parsed
     return grid
 
 
@@ -71,24 +65,21 @@ class Sweep:
     machine: str | None = None
 
     def __post_init__(self) -> None:
-        from longctx.run.harness import SIZES, check_parameters, declared_parameters, resolve, size_params
+        from longctx.run.harness import check_parameters, declared_parameters, resolve, size_params
 
-        check_choice("size", self.size, SIZES)
         path = resolve(self.notebook)
         self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
         if not self.grid:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
-        both = sorted(set(self.grid) & set(self.fixed))
-        if both:
+        if both := sorted(set(self.grid) & set(self.fixed)):
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
         count = math.prod(len(v) for v in self.grid.values())
         if count > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
-        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)
+        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)  # an unknown size refused
         for point in self.points():  # every point's names, types and ranges, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
-        default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
-        self.out = files.claim_folder(self.out or default, "sweep", default=default, write=False)
+        self.out = files.claim_folder(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", write=False)
 
         code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
         self._versions = {name: _version(name) for name in LIBRARIES} | {
@@ -143,12 +134,9 @@ class Sweep:
 
 
 def _version(dist: str) -> str:
-    from importlib import metadata
-
-    try:
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
+    return "absent"
 
 
 def _stats(root: Path, names) -> list:
@@ -210,10 +198,9 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
     slurm = slurm or {}
-    for name, low, unit in (("time", 1, "minutes"), ("gpus", 0, "GPUs")):
-        value = slurm.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise LongctxError(f"--{name} must be a whole number ≥ {low} ({unit} per point), got {value!r}.")
+    for name, low in (("time", 1), ("gpus", 0)):  # minutes and GPUs per point (the CLI's argparse reads whole numbers)
+        if slurm.get(name, low) < low:
+            raise LongctxError(f"--{name} must be a whole number ≥ {low}, got {slurm[name]!r}.")
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
     if executor != "local" and importlib.util.find_spec("submitit") is None:
@@ -223,11 +210,8 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
             "--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
             "from the cluster's login node, or use --executor local (or slurm-local to rehearse)."
         )
-    if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):
-        raise LongctxError(
-            f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
-            f"got {jobs!r} (each job runs a notebook kernel of its own)."
-        )
+    if not 1 <= jobs <= (os.cpu_count() or 1):  # each job runs a notebook kernel of its own
+        raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, got {jobs}.")
     if executor == "slurm" and sweep.machine is None:
         sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
     from filelock import FileLock, Timeout
@@ -245,7 +229,7 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
                 f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
                 "away (or give --out another folder). Nothing was run."
             )
-    files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
+    files.claim_folder(sweep.out, "sweep")
     try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(sweep.out / ".lock", timeout=0):
             return _run_locked(sweep, executor, jobs, slurm, metric, progress)
