@@ -17,21 +17,18 @@ from longctx.units import MIB
 
 # bytes kept free in an output folder's name: the temporary siblings add ".", ".tmp-" and a host/PID suffix
 OUT_ROOM = 64
-MARK = '["*"]'  # what a command's marker holds: a hand-made file of that name with anything else is no marker
-
-
-def _marker(folder: Path, command: str) -> Path:
-    return folder / f".longctx-{command}.json"
+MARKER = ".longctx-{}.json"  # a command's marker in a folder it wrote; it holds MARK
+MARK = '["*"]'  # a hand-made file of that name holding anything else is no marker
 
 
 def mark_claimed(folder: Path, command: str) -> None:
-    _marker(folder, command).write_text(MARK)
+    (folder / MARKER.format(command)).write_text(MARK)
 
 
 def _look(out: Path, command: str) -> tuple[list[str], bool]:
     """The names in `out` besides the command's marker, and whether the marker is one the command wrote (a FIFO or
     a link of that name is none, and is never read)."""
-    marker, marked = _marker(out, command), False
+    marker, marked = out / MARKER.format(command), False
     with contextlib.suppress(OSError):
         marked = marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
     return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked

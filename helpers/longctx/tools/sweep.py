@@ -101,8 +101,7 @@ class Sweep:
         return [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
 
     def params(self, point: dict) -> dict:
-        """Every parameter the point runs with: the notebook's defaults, the size's, the fixed overrides, the
-        grid values."""
+        """Every parameter the point runs with: the notebook's defaults, the size's, the fixed ones, the grid's."""
         return {**self._defaults, **self._base, **self.fixed, **point}
 
     def key(self, point: dict) -> str:
@@ -254,16 +253,16 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
-    # a typo is caught by the points already done, or by the first one below
-    _check_metric(metric, [_read_record(sweep.folder(p)) for p in sweep.points() if p not in todo])
+    _check_metric(metric, sweep)  # a typo is caught by the points already done, by the first one below, or at the end
     if executor == "local" and jobs == 1:
         for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
-            _check_metric(metric, [run_point(*call)])
+            _check_metric(metric, sweep, [run_point(*call)])
     elif executor == "local":
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
         children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
     else:
         _run_submitit(sweep, calls, executor, slurm, progress)
+    _check_metric(metric, sweep)
     return write_table(sweep, metric)
 
 
@@ -279,11 +278,12 @@ def _snapshot(sweep: Sweep) -> Path:
     return copy
 
 
-def _check_metric(metric: str | None, records: list[dict]) -> None:
-    """Refuse a metric that a finished point did not report, before the other points run."""
-    done = [r for r in records if r.get("status") == "ok"]
-    if metric and done and metric not in done[0].get("results", {}):
-        known = sorted(k for k, v in done[0]["results"].items() if isinstance(v, (int, float)))
+def _check_metric(metric: str | None, sweep: Sweep, records: list[dict] | None = None) -> None:
+    """Refuse a metric that a finished point (of `records`, default the sweep's) did not report."""
+    records = [_read_record(sweep.folder(p)) for p in sweep.points()] if records is None else records
+    done = [_scalars(r.get("results", {})) for r in records if r.get("status") == "ok"]
+    if metric and done and metric not in done[0]:
+        known = sorted(k for k, v in done[0].items() if isinstance(v, (int, float)))
         raise LongctxError(
             f"No result named {metric!r}: the finished point reported {', '.join(known)}. The points "
             "done so far are kept; re-run with one of those names."
@@ -307,22 +307,17 @@ def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: boo
         job.result()
 
 
-def _scalars(prefix: str, value, out: dict) -> None:
+def _scalars(value, prefix: str = "") -> dict:
+    """Every scalar of nested dicts, named by its path ("a.b")."""
     if isinstance(value, dict):
-        for k, v in value.items():
-            _scalars(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(value, (int, float, str, bool)) or value is None:
-        out[prefix] = value
+        return {name: v for k, item in value.items() for name, v in _scalars(item, f"{prefix}.{k}" if prefix else str(k)).items()}
+    return {prefix: value} if isinstance(value, (int, float, str, bool)) or value is None else {}
 
 
 def table(sweep: Sweep) -> list[dict]:
     """One row per point, in grid order: grid values, status, and every scalar result."""
-    rows = []
-    for point in sweep.points():
-        record = _read_record(sweep.folder(point))
-        rows.append({**point, "status": record.get("status"), "seconds": record.get("seconds")})
-        _scalars("", record.get("results", {}), rows[-1])
-    return rows
+    records = [(point, _read_record(sweep.folder(point))) for point in sweep.points()]
+    return [{**p, "status": r.get("status"), "seconds": r.get("seconds"), **_scalars(r.get("results", {}))} for p, r in records]
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
@@ -338,16 +333,13 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     return path
 
 
-def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
+def plot_metric(sweep: Sweep, rows: list[dict], metric: str) -> None:
     """`metric` against the first grid key, one line per combination of the other keys; failed points
     (out of memory included) are marked on the x axis."""
     from longctx import plots
 
-    if not any(metric in r for r in rows):
-        known = sorted({k for r in rows for k in r if k not in sweep.grid})
-        raise LongctxError(f"No point reported {metric!r}. Metrics available: {', '.join(known) or '(none yet)'}.")
     first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
-    ax = plots.axes(ax)
+    ax = plots.axes()
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in others), []).append(r)
@@ -361,4 +353,3 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
-    return ax
