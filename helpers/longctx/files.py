@@ -130,7 +130,7 @@ def _check_targets(out: Path, names) -> None:
             )
 
 
-def place(tmp: Path, out: Path, command: str) -> list[str]:
+def place(tmp: Path, out: Path, command: str) -> None:
     """Move every file of `tmp` into `out` and mark it; every target is checked before the first move."""
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
@@ -138,12 +138,10 @@ def place(tmp: Path, out: Path, command: str) -> list[str]:
     for name in names:
         os.replace(Path(tmp) / name, out / name)
     mark_claimed(out, command)
-    return names
 
 
 def write_error(exc: OSError, path: Path) -> LongctxError:
     """The error a failed write turns into: a full disk or a read-only place named, with what to do."""
-    path = Path(path)
     if exc.errno == errno.ENOSPC:
         where = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
         free = shutil.disk_usage(where).free / MIB

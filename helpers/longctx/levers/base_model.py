@@ -37,7 +37,24 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     if unknown := sorted(set(options) - set(BASE)):
         raise TypeError(f"pretrain() takes the options {', '.join(BASE)}, not {', '.join(unknown)}")
     p = {**BASE, **options}  # in the order of BASE
-    _check_pretrain_args(p)
+    # every option in range, named by its flag, before a model is built (argparse read the types)
+    if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
+        cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
+        raise LongctxError(
+            f"--preset {p['preset']}: pretraining runs on this machine's CPU over the corpus's "
+            f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
+        )
+    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
+    for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
+        if p[name] < low:
+            raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
+    if p["seed"] >= SEED_LIMIT:
+        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
+    for name in ("learning_rate", "rope_theta"):
+        if not (math.isfinite(p[name]) and p[name] > 0):
+            raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
+    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
+        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
@@ -82,29 +99,6 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         data.write_checksums(staged)
         files.place(staged, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
-
-
-def _check_pretrain_args(p: dict) -> None:
-    """Every `longctx pretrain` option in range, named by its flag, before a model is built (argparse read the types)."""
-    from longctx import data, models
-
-    if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
-        cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
-        raise LongctxError(
-            f"--preset {p['preset']}: pretraining runs on this machine's CPU over the corpus's "
-            f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
-        )
-    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
-    for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
-        if p[name] < low:
-            raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
-    if p["seed"] >= SEED_LIMIT:
-        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
-    for name in ("learning_rate", "rope_theta"):
-        if not (math.isfinite(p[name]) and p[name] > 0):
-            raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
-    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
-        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
 
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, **yarn):

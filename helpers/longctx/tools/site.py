@@ -25,6 +25,8 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
     """Build the site of the runs at `size` into `out` (default build/site/<size>/). `runs`: notebook → executed
     .ipynb beside its results.json (default: build/<notebook>/ where it ran at `size`); `figures`: `longctx figures`'
     folder (default build/figures/<size>/)."""
+    import logging
+
     from longctx.run import harness
 
     if missing := [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]:
@@ -32,6 +34,9 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
             f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
             "missing): pip install -e '.[site]' (or `make site`)."
         )
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+
     check_choice("size", size, harness.SIZES)
     out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
     if runs is None:
@@ -41,11 +46,33 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
             with contextlib.suppress(OSError, ValueError):
                 if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
                     runs[name] = executed
-    runs = {k: Path(v) for k, v in runs.items()}
     with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
         docs, site = Path(tmp) / "docs", Path(tmp) / "site"
         nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
-        _mkdocs(size, docs, site, nav, progress)
+        config = {
+            "site_name": f"longctx lessons ({size} run)",
+            "docs_dir": str(docs),
+            "site_dir": str(site),
+            "use_directory_urls": False,  # pages are .html files: the site opens from disk
+            "strict": True,  # a link MkDocs can check that points nowhere fails the build
+            "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
+            "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
+            # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
+            "plugins": [
+                {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
+            ],
+            "nav": nav,
+        }
+        (Path(tmp) / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
+        logger = logging.getLogger("mkdocs")
+        level = logger.level
+        logger.setLevel(level if progress else logging.ERROR)
+        try:
+            mkdocs_build(load_config(config_file=str(Path(tmp) / "mkdocs.yml")))
+        except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
+            raise LongctxError(f"MkDocs could not build the site: {exc}") from None
+        finally:
+            logger.setLevel(level)
         if problems := broken_links(site):
             raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
         # copied over the last build: its pages are replaced, a file the user added there is kept
@@ -57,8 +84,8 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
     from longctx.run import harness
 
     names = list(harness.notebooks())
-    (docs / "lessons").mkdir(parents=True)
-    (docs / "source").mkdir()
+    for folder in ("lessons", "source", "figures"):
+        (docs / folder).mkdir(parents=True)
     pages = {name: f"lessons/{name}.ipynb" if name in runs else f"lessons/{name}.md" for name in names}
     for name, following in zip(names, [*names[1:], None]):
         shutil.copyfile(harness.notebooks()[name], docs / "source" / f"{name}.ipynb")  # as committed, no outputs
@@ -72,11 +99,9 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
                 f"run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n[Source notebook]"
                 f"(../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
             )
-    (docs / "figures").mkdir()
     if (figures / "index.md").is_file():
-        for f in figures.iterdir():
-            if f.is_file() and f.suffix in (".md", ".png", ".svg"):
-                shutil.copyfile(f, docs / "figures" / f.name)
+        for f in (f for f in figures.iterdir() if f.is_file() and f.suffix in (".md", ".png", ".svg")):
+            shutil.copyfile(f, docs / "figures" / f.name)
     else:
         (docs / "figures" / "index.md").write_text(
             f'# Guide figures\n\n!!! warning "Not generated at the `{size}` size"\n    `longctx figures --size {size}` '
@@ -118,43 +143,11 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
 
 
 def _next(following: str | None, built: bool = False) -> str:
-    """The link to the next lesson's page (`following`: its file under docs/): a Markdown page links to the file,
-    which MkDocs checks and rewrites; a notebook's cells name the built .html page."""
+    """The link to the next lesson (`following`: its file under docs/), which MkDocs checks and rewrites in a Markdown
+    page; a notebook's cells name the built .html page."""
     if following:
         return f"**Next:** [{Path(following).stem}]({Path(following).stem + '.html' if built else Path(following).name})"
     return f"**Last lesson.** Back to the [index]({'../index.html' if built else '../index.md'})."
-
-
-def _mkdocs(size: str, docs: Path, site: Path, nav: list, progress: bool) -> None:
-    import logging
-
-    from mkdocs.commands.build import build as mkdocs_build
-    from mkdocs.config import load_config
-
-    config = {
-        "site_name": f"longctx lessons ({size} run)",
-        "docs_dir": str(docs),
-        "site_dir": str(site),
-        "use_directory_urls": False,  # pages are .html files: the site opens from disk
-        "strict": True,  # a link MkDocs can check that points nowhere fails the build
-        "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
-        "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
-        # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
-        "plugins": [
-            {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
-        ],
-        "nav": nav,
-    }
-    (docs.parent / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
-    logger = logging.getLogger("mkdocs")
-    level = logger.level
-    logger.setLevel(level if progress else logging.ERROR)
-    try:
-        mkdocs_build(load_config(config_file=str(docs.parent / "mkdocs.yml")))
-    except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
-        raise LongctxError(f"MkDocs could not build the site: {exc}") from None
-    finally:
-        logger.setLevel(level)
 
 
 def broken_links(site: str | Path) -> list[str]:

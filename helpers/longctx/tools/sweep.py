@@ -86,7 +86,8 @@ class Sweep:
             "python": platform.python_version(),
             "longctx_source": hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16],
         }
-        self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
+        self._notebook = path.read_bytes()  # what the points run (see _snapshot)
+        self._source = hashlib.sha256(self._notebook).hexdigest()  # an edited notebook is another experiment
         # `longctx data` records the SHA-256 of every file it writes in data/manifest.json, rewritten on a rebuild;
         # the sizes and times of those files catch an edit by hand. No data file is read.
         manifest = data_dir() / "manifest.json"
@@ -254,27 +255,33 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
     _check_metric(metric, sweep)  # a typo is caught by the points already done, by the first one below, or at the end
+    bar = {"desc": f"sweep {sweep.notebook}", "disable": not progress}
     if executor == "local" and jobs == 1:
-        for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
+        for call in tqdm(calls, **bar):
             _check_metric(metric, sweep, [run_point(*call)])
     elif executor == "local":
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
-        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
-    else:
-        _run_submitit(sweep, calls, executor, slurm, progress)
+        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), **bar))
+    else:  # one SLURM array job, a task per point
+        import submitit
+
+        ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
+        ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
+        # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
+        ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
+        for job in tqdm(ex.map_array(run_point, *zip(*calls)) if calls else [], **bar):
+            job.result()
     _check_metric(metric, sweep)
     return write_table(sweep, metric)
 
 
 def _snapshot(sweep: Sweep) -> Path:
-    """The notebook as the sweep's keys saw it, copied once into the sweep folder (by its hash)."""
+    """The notebook as the sweep's keys saw it, written once into the sweep folder (by its hash)."""
     copy = sweep.out / "source" / sweep._source[:12] / sweep.path.name
-    if not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != sweep._source:  # absent or edited
-        if hashlib.sha256(sweep.path.read_bytes()).hexdigest() != sweep._source:
-            raise LongctxError(f"{sweep.path} changed after the sweep was set up; run the command again.")
+    if not copy.is_file() or copy.read_bytes() != sweep._notebook:  # absent or edited
         copy.parent.mkdir(parents=True, exist_ok=True)
         with files.atomic(copy) as tmp:
-            shutil.copyfile(sweep.path, tmp)
+            tmp.write_bytes(sweep._notebook)
     return copy
 
 
@@ -292,19 +299,6 @@ def _check_metric(metric: str | None, sweep: Sweep, records: list[dict] | None =
 
 def _run_call(call):
     return run_point(*call)
-
-
-def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
-    import submitit
-    from tqdm.auto import tqdm
-
-    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
-    ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
-    # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
-    ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
-    jobs = ex.map_array(run_point, *zip(*calls)) if calls else []  # one array job, one task per point
-    for job in tqdm(jobs, desc=f"sweep {sweep.notebook} ({executor})", disable=not progress):
-        job.result()
 
 
 def _scalars(value, prefix: str = "") -> dict:
