@@ -1,6 +1,5 @@
-"""Output folders that belong to the user, and writes that never leave half a file. A command writes a folder
-that is new, empty, or one it wrote before: its marker there (`.longctx-<command>.json`) says so. A folder
-holding files without the marker is the user's, refused before any work unless `force`."""
+"""Output folders that belong to the user, and writes that never leave half a file. A command writes a folder that is
+new, empty, or one it wrote before (its marker, MARKER); one with files and no marker is the user's, refused unless `force`."""
 
 from __future__ import annotations
 

@@ -27,10 +27,9 @@ def checkpoint_dir() -> Path:
 
 
 def pretrain(out: str | Path | None = None, *, progress: bool = True, force: bool = False, **options) -> Path:
-    """Train the base model with BASE's values and `options` (any of BASE's keys, as `longctx pretrain` takes them)
-    and write it (weights, config, tokenizer, manifest.json, checksums.json) into `out`. A folder that already holds
-    a model (the committed data/yarn-base by default) is refused before training unless `force`, and then only the
-    model's own files are replaced."""
+    """Train the base model (BASE's values, `options` overriding any) and write its weights, config, tokenizer,
+    manifest.json and checksums.json into `out`. A folder that holds a model (the committed data/yarn-base by
+    default) is refused before training unless `force`, and then only the model's own files are replaced."""
     from longctx import data, models
     from longctx.train import TrainConfig, run_sft
 
@@ -102,8 +101,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
 
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, **yarn):
-    """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions (`yarn`: rope.with_yarn's
-    factor, beta_fast)."""
+    """The pretrained base model; with `wanted`, YaRN (rope.with_yarn's `factor`, `beta_fast`) for wanted / trained."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from longctx import children, files
 from longctx.errors import LongctxError, check_choice
+from longctx.levers.base_model import checkpoint_dir
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
 
@@ -73,8 +74,7 @@ class Sweep:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
         if both := sorted(set(self.grid) & set(self.fixed)):
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
-        count = math.prod(len(v) for v in self.grid.values())
-        if count > MAX_POINTS:
+        if (count := math.prod(len(v) for v in self.grid.values())) > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
         self._base, self._defaults = size_params(path, self.size), declared_parameters(path)  # an unknown size refused
         for point in self.points():  # every point's names, types and ranges, before anything runs
@@ -117,8 +117,6 @@ class Sweep:
     def _inputs(self, point: dict) -> dict:
         """The identity of the local files a point reads: model folders and datasets its parameters name (the
         base model for "base"), and data/. Replaced weights or edited data make a new experiment."""
-        from longctx.levers.base_model import checkpoint_dir
-
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
         found = {k: _stats(p, p.rglob("*")) if p.is_dir() else _stats(p.parent, [p.name]) for k, p in paths.items() if p.exists()}
@@ -171,7 +169,6 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     folder = Path(folder)
     if is_done(folder, key):
         return _read_record(folder)
-    runner = runner or harness.run
     # host and PID in the name: only the process that made a temporary folder, or a later run on the same
     # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
     tmp = folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
@@ -179,15 +176,14 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
     try:
-        result = runner(notebook, size, params, out=tmp, progress=False)
+        result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
     except harness.NotebookFailed as exc:
         oom = exc.ename in OOM_NAMES or any(words in exc.evalue.lower() for words in OOM_WORDS)
         died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
         record.update(status="oom" if oom else "died" if died else "error", error=f"{exc.ename}: {exc.evalue}")
     write_json_atomic(tmp / "point.json", record)
-    if folder.exists():  # an earlier failed attempt: replace it
-        shutil.rmtree(folder)
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier failed attempt: replaced
     os.replace(tmp, folder)
     return record
 
