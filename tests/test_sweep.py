@@ -467,3 +467,11 @@ def test_slurm_without_sbatch_and_jobs_elsewhere_are_refused_before_the_folder_i
     with pytest.raises(LongctxError, match="--jobs applies to --executor local"):
         sweep.run(sw, executor="slurm-local", jobs=2, progress=False)
     assert not (tmp_path / "sw").exists()
+
+
+def test_a_metric_is_checked_against_the_flattened_names_the_table_shows(tmp_path):
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
+    done = [{"status": "error"}, {"status": "ok", "results": {"peak": {"plain_mib": 1.0}, "note": "x"}}]
+    sweep._check_metric("peak.plain_mib", sw, done)  # a column of sweep.csv
+    with pytest.raises(LongctxError, match=r"No result named 'peak\.plain': the finished point reported peak\.plain_mib\."):
+        sweep._check_metric("peak.plain", sw, done)

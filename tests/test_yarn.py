@@ -54,6 +54,12 @@ def test_yarn_model_takes_the_settings(base):
         base_model.load_base(wanted=4 * trained, factor=8.0)
 
 
+def test_pretrain_takes_only_the_base_models_options(tmp_path):
+    with pytest.raises(TypeError, match="not stepz"):
+        base_model.pretrain(tmp_path / "new", stepz=1)
+    assert not (tmp_path / "new").exists()
+
+
 def test_missing_base_model_names_the_command(tmp_path):
     with pytest.raises(LongctxError, match="longctx pretrain"):
         base_model.load_base(tmp_path)

@@ -30,9 +30,8 @@ def _kill_trees(pids) -> None:
 
 
 def stop_tree(proc) -> None:
-    """End a started process and every process below it; then reap it."""
-    if proc.poll() is None:
-        _kill_trees([proc.pid])
+    """End a started process and every process below it; then reap it (unreaped until then, its PID is not reused)."""
+    _kill_trees([proc.pid])
     proc.wait()
 
 

@@ -1,6 +1,5 @@
-"""Output folders that belong to the user, and writes that never leave half a file. A command writes a folder
-that is new, empty, or one it wrote before: its marker there (`.longctx-<command>.json`) says so. A folder
-holding files without the marker is the user's, refused before any work unless `force`."""
+"""Output folders that belong to the user, and writes that never leave half a file. A command writes a folder that is
+new, empty, or one it wrote before (its marker, MARKER); one with files and no marker is the user's, refused unless `force`."""
 
 from __future__ import annotations
 
@@ -17,22 +16,18 @@ from longctx.units import MIB
 
 # bytes kept free in an output folder's name: the temporary siblings add ".", ".tmp-" and a host/PID suffix
 OUT_ROOM = 64
-MARK = '["*"]'  # what a command's marker holds: a hand-made file of that name with anything else is no marker
-
-
-def _marker(folder: Path, command: str) -> Path:
-    return folder / f".longctx-{command}.json"
+MARKER = ".longctx-{}.json"  # a command's marker in a folder it wrote; it holds MARK
+MARK = '["*"]'  # a hand-made file of that name holding anything else is no marker
 
 
 def mark_claimed(folder: Path, command: str) -> None:
-    """Write the marker that says `command` wrote `folder` (and may write there again)."""
-    _marker(folder, command).write_text(MARK)
+    (folder / MARKER.format(command)).write_text(MARK)
 
 
 def _look(out: Path, command: str) -> tuple[list[str], bool]:
-    """The names in `out` besides the command's marker, and whether the marker is there as the command wrote it
-    (a FIFO or a link of that name is none, and is never read)."""
-    marker, marked = _marker(out, command), False
+    """The names in `out` besides the command's marker, and whether the marker is one the command wrote (a FIFO or
+    a link of that name is none, and is never read)."""
+    marker, marked = out / MARKER.format(command), False
     with contextlib.suppress(OSError):
         marked = marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
     return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked
@@ -44,8 +39,8 @@ def _shown(names) -> str:
 
 @contextlib.contextmanager
 def atomic(path: Path):
-    """A temporary sibling of `path` to write; it replaces `path` when the block ends without error. A failed
-    or interrupted write leaves nothing half-written in place; a full disk or a read-only place is named."""
+    """A temporary sibling of `path` to write, which replaces `path` when the block ends without error: a failed
+    or interrupted write leaves nothing half-written in place."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -68,10 +63,9 @@ def _writable(out: str | Path) -> Path:
 
 
 def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = False, replace_own: bool = True) -> Path:
-    """Refuse, before any expensive work, an `out` that cannot be written or that holds files `command` did
-    not write: without its marker every file there is the user's; with it, every name but `writes`. With
-    `force` those files are kept beside the command's, and a file of the user's with a name of `writes` is
-    still refused — unless `replace_own=False`, where `force` is the explicit ask to replace it (a model)."""
+    """Refuse, before any work, an `out` that cannot be written or holds files `command` did not write (every file
+    but `writes` with its marker, every file without). `force` keeps them beside the command's, but still refuses
+    a user's file named as one of `writes`, unless `replace_own=False` (a model), where `force` asks to replace it."""
     out = _writable(out)
     present, marked = _look(out, command)
     foreign = [name for name in present if not (marked and name in writes)]
@@ -95,9 +89,8 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
 
 
 def claim_folder(out: str | Path, command: str, *, default: Path | None = None, write: bool = True) -> Path:
-    """A whole folder for a command that writes what it likes inside (a notebook run, a sweep, the site): new,
-    empty, or one it wrote before (its marker); anything else is refused, the command's default folder too. With
-    `write`, creates it and writes the marker."""
+    """A whole folder for a command that writes what it likes inside (a run, a sweep, the site): new, empty, or one
+    it wrote before (its marker), the default folder too (`default` is ignored). `write` creates and marks it."""
     out = _writable(out)
     present, marked = _look(out, command)
     if present and not marked:
@@ -126,8 +119,7 @@ def staging(out: Path) -> tempfile.TemporaryDirectory:
 
 
 def _check_targets(out: Path, names) -> None:
-    """Each name a command writes is free or a regular file: a folder or a link there is refused (a rename
-    would fail on it half-way, or write through it)."""
+    """A folder or a link where a command writes a file is refused (a rename would fail on it, or write through it)."""
     for name in sorted(names):
         target = out / name
         if target.is_symlink() or (target.exists() and not target.is_file()):
@@ -137,21 +129,18 @@ def _check_targets(out: Path, names) -> None:
             )
 
 
-def place(tmp: Path, out: Path, command: str) -> list[str]:
-    """Move every file of `tmp` into `out`, replacing only files of the same names, and mark `out`. Every
-    target is checked before the first move, so the files land all together or not at all."""
+def place(tmp: Path, out: Path, command: str) -> None:
+    """Move every file of `tmp` into `out` and mark it; every target is checked before the first move."""
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
     _check_targets(out, names)
     for name in names:
         os.replace(Path(tmp) / name, out / name)
     mark_claimed(out, command)
-    return names
 
 
 def write_error(exc: OSError, path: Path) -> LongctxError:
     """The error a failed write turns into: a full disk or a read-only place named, with what to do."""
-    path = Path(path)
     if exc.errno == errno.ENOSPC:
         where = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
         free = shutil.disk_usage(where).free / MIB

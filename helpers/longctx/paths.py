@@ -18,9 +18,7 @@ def _folder(variable: str, default: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LongctxError(
-            f"{variable}={path} cannot be used as a folder ({exc.strerror}); point it at a folder (or unset it)."
-        ) from None
+        raise LongctxError(f"{variable}={path} cannot be a folder ({exc.strerror}): point it at a folder, or unset it.") from None
     return path
 
 

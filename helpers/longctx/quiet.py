@@ -8,8 +8,7 @@ import logging
 import os
 import warnings
 
-# read by the libraries when they load or first log (setdefault: a reader's own setting wins); TOKENIZERS_PARALLELISM:
-# tokenizers' "process just got forked" warning before each DataLoader
+# read when the libraries load (a reader's own setting wins); tokenizers warns "process just got forked" otherwise
 ENVIRONMENT = {"TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "DATASETS_VERBOSITY": "error"}
 
 # Python loggers of libraries whose info and warnings a lesson does not teach (errors still show)
@@ -21,9 +20,8 @@ UPSTREAM_WARNINGS = (
     (FutureWarning, r"`(is_)?gradient_checkpointing\w*` is deprecated"),
 )
 
-# ipykernel's own log is about its plumbing, never the notebook's code (a cell's error is an output; the harness
-# reports a dead kernel): at WARNING it prints "running over TCP without encryption" each run, and after Ctrl-C a
-# traceback of its reply to a closed socket
+# ipykernel's own log is about its plumbing, never the notebook's code: at WARNING it prints "running over TCP
+# without encryption" each run, and after Ctrl-C a traceback of its reply to a closed socket
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 

@@ -22,55 +22,56 @@ BASE = dict(preset="small", rope_theta=100.0, seq_len=128, steps=1000, batch=32,
 MAX_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
 
 
-def command(params: dict) -> str:
-    """The `longctx pretrain` command line that rebuilds a model with `params`."""
-    return "longctx pretrain " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
-
-
 def checkpoint_dir() -> Path:
     return data_dir() / "yarn-base"
 
 
-def pretrain(
-    out: str | Path | None = None,
-    *,
-    preset: str = BASE["preset"],
-    rope_theta: float = BASE["rope_theta"],
-    seq_len: int = BASE["seq_len"],
-    steps: int = BASE["steps"],
-    batch: int = BASE["batch"],
-    learning_rate: float = BASE["learning_rate"],
-    warmup_steps: int = BASE["warmup_steps"],
-    seed: int = BASE["seed"],
-    progress: bool = True,
-    force: bool = False,
-) -> Path:
-    """Train the base model and write it (weights, config, tokenizer, manifest.json, checksums.json) into `out`.
-    A folder that already holds a model (the committed data/yarn-base by default) is refused before training
-    unless `force`, and then only the model's own files are replaced."""
+def pretrain(out: str | Path | None = None, *, progress: bool = True, force: bool = False, **options) -> Path:
+    """Train the base model (BASE's values, `options` overriding any) and write its weights, config, tokenizer,
+    manifest.json and checksums.json into `out`. A folder that holds a model (the committed data/yarn-base by
+    default) is refused before training unless `force`, and then only the model's own files are replaced."""
     from longctx import data, models
     from longctx.train import TrainConfig, run_sft
 
-    params = {k: v for k, v in locals().items() if k in BASE}  # the arguments, in the order of BASE
-    _check_pretrain_args(params)
+    if unknown := sorted(set(options) - set(BASE)):
+        raise TypeError(f"pretrain() takes the options {', '.join(BASE)}, not {', '.join(unknown)}")
+    p = {**BASE, **options}  # in the order of BASE
+    # every option in range, named by its flag, before a model is built (argparse read the types)
+    if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
+        cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
+        raise LongctxError(
+            f"--preset {p['preset']}: pretraining runs on this machine's CPU over the corpus's "
+            f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
+        )
+    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
+    for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
+        if p[name] < low:
+            raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
+    if p["seed"] >= SEED_LIMIT:
+        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
+    for name in ("learning_rate", "rope_theta"):
+        if not (math.isfinite(p[name]) and p[name] > 0):
+            raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
+    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
+        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
     model_files |= {"manifest.json", data.CHECKSUMS}
     out = files.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
-    rope = {"rope_type": "default", "rope_theta": float(rope_theta)}
-    model = models.load(preset, seed=seed, rope_parameters=rope, max_position_embeddings=seq_len)
-    dataset = data.long_sequences(seq_len, steps * batch, seed=seed)  # random windows of the training books
+    rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
+    model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
+    dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     with files.staging(out) as tmp:
         cfg = TrainConfig(
             output_dir=str(Path(tmp) / "run"),
-            max_steps=steps,
-            per_device_train_batch_size=batch,
-            learning_rate=learning_rate,
+            max_steps=p["steps"],
+            per_device_train_batch_size=p["batch"],
+            learning_rate=p["learning_rate"],
             lr_scheduler_type="cosine",
-            warmup_steps=warmup_steps,
-            seed=seed,
-            logging_steps=max(1, steps // 20),
+            warmup_steps=p["warmup_steps"],
+            seed=p["seed"],
+            logging_steps=max(1, p["steps"] // 20),
             extra={"disable_tqdm": not progress},
         )
         result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
@@ -84,12 +85,12 @@ def pretrain(
         model.save_pretrained(staged, safe_serialization=True)
         data.tokenizer().save_pretrained(staged)
         manifest = {
-            "params": params,
-            "trained_length": seq_len,
+            "params": p,
+            "trained_length": p["seq_len"],
             "final_loss": result.losses[-1],
             "losses": result.losses,
             "seconds": result.seconds,
-            "command": command(params),
+            "command": "longctx pretrain " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in p.items()),
             "params_count": models.n_params(model),
             "created": time.strftime("%Y-%m-%d"),
         }
@@ -99,34 +100,8 @@ def pretrain(
     return out
 
 
-def _check_pretrain_args(p: dict) -> None:
-    """Every `longctx pretrain` option in range, named by its flag, before a model is built."""
-    from longctx import data, models
-
-    if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
-        cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
-        raise LongctxError(
-            f"--preset {p['preset']}: pretraining runs on this machine's CPU over the corpus's "
-            f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
-        )
-    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
-    for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
-        if isinstance(p[name], bool) or not isinstance(p[name], int) or p[name] < low:
-            raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
-    if p["seed"] >= SEED_LIMIT:
-        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
-    for name in ("learning_rate", "rope_theta"):
-        value = p[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {value!r}.")
-    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
-        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
-
-
-def load_base(
-    path: str | Path | None = None, *, wanted: int | None = None, factor: float | None = None, beta_fast: float | None = None
-):
-    """The pretrained base model; with `wanted`, YaRN set for wanted / trained positions."""
+def load_base(path: str | Path | None = None, *, wanted: int | None = None, **yarn):
+    """The pretrained base model; with `wanted`, YaRN (rope.with_yarn's `factor`, `beta_fast`) for wanted / trained."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -136,7 +111,7 @@ def load_base(
     trained = trained_length(path)  # first: a missing model is named with the command that builds it
     cfg = from_pretrained(AutoConfig, path)
     if wanted is not None:
-        cfg = rope.with_yarn(cfg, trained, wanted, factor=factor, beta_fast=beta_fast)
+        cfg = rope.with_yarn(cfg, trained, wanted, **yarn)
     return from_pretrained(AutoModelForCausalLM, path, config=cfg, dtype=torch.float32).eval()
 
 

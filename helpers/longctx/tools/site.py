@@ -1,8 +1,6 @@
-"""`longctx site`: a static HTML site of the lessons as they last ran, built with MkDocs (the Material theme)
-and mkdocs-jupyter from what `longctx run` / `longctx figures` already wrote; nothing is executed. Pages: the
-README, one per executed notebook (with its run's size, versions and finishing time, links to its source and
-the next lesson), the command for a lesson not executed at that size, the figures gallery. Pages link to each
-other relatively, so the site opens from disk (file://) as well as from any static web server."""
+"""`longctx site`: a static HTML site of the lessons as they last ran (MkDocs, Material theme, mkdocs-jupyter), built
+from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
+site opens from disk (file://) as well as from any static web server."""
 
 from __future__ import annotations
 
@@ -23,38 +21,58 @@ from longctx.paths import REPO, build_dir
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 
 
-def runs_on_disk(size: str) -> dict[str, Path]:
-    """notebook → its executed copy under build/<notebook>/, where results.json says it ran at `size`."""
-    from longctx.run import harness
-
-    found = {}
-    for name in harness.notebooks():
-        executed = build_dir() / name / f"{name}.ipynb"
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
-                found[name] = executed
-    return found
-
-
 def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, figures=None, progress=True) -> Path:
-    """Build the site for the runs at `size` (`runs`: notebook → executed .ipynb beside its results.json;
-    default: what `longctx run` / `make` left in build/) into `out` (default build/site/<size>/), and return
-    the folder. `figures`: the folder `longctx figures` wrote (default build/figures/<size>/, if present)."""
+    """Build the site of the runs at `size` into `out` (default build/site/<size>/). `runs`: notebook → executed
+    .ipynb beside its results.json (default: build/<notebook>/ where it ran at `size`); `figures`: `longctx figures`'
+    folder (default build/figures/<size>/)."""
+    import logging
+
     from longctx.run import harness
 
-    missing = [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing := [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]:
         raise LongctxError(
             f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
             "missing): pip install -e '.[site]' (or `make site`)."
         )
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+
     check_choice("size", size, harness.SIZES)
     out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
-    runs = runs_on_disk(size) if runs is None else {k: Path(v) for k, v in runs.items()}
+    if runs is None:
+        runs = {}
+        for name in harness.notebooks():
+            executed = build_dir() / name / f"{name}.ipynb"
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
+                    runs[name] = executed
     with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
         docs, site = Path(tmp) / "docs", Path(tmp) / "site"
         nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
-        _mkdocs(size, docs, site, nav, progress)
+        config = {
+            "site_name": f"longctx lessons ({size} run)",
+            "docs_dir": str(docs),
+            "site_dir": str(site),
+            "use_directory_urls": False,  # pages are .html files: the site opens from disk
+            "strict": True,  # a link MkDocs can check that points nowhere fails the build
+            "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
+            "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
+            # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
+            "plugins": [
+                {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
+            ],
+            "nav": nav,
+        }
+        (Path(tmp) / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
+        logger = logging.getLogger("mkdocs")
+        level = logger.level
+        logger.setLevel(level if progress else logging.ERROR)
+        try:
+            mkdocs_build(load_config(config_file=str(Path(tmp) / "mkdocs.yml")))
+        except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
+            raise LongctxError(f"MkDocs could not build the site: {exc}") from None
+        finally:
+            logger.setLevel(level)
         if problems := broken_links(site):
             raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
         # copied over the last build: its pages are replaced, a file the user added there is kept
@@ -66,8 +84,8 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
     from longctx.run import harness
 
     names = list(harness.notebooks())
-    (docs / "lessons").mkdir(parents=True)
-    (docs / "source").mkdir()
+    for folder in ("lessons", "source", "figures"):
+        (docs / folder).mkdir(parents=True)
     pages = {name: f"lessons/{name}.ipynb" if name in runs else f"lessons/{name}.md" for name in names}
     for name, following in zip(names, [*names[1:], None]):
         shutil.copyfile(harness.notebooks()[name], docs / "source" / f"{name}.ipynb")  # as committed, no outputs
@@ -81,11 +99,9 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
                 f"run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n[Source notebook]"
                 f"(../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
             )
-    (docs / "figures").mkdir()
     if (figures / "index.md").is_file():
-        for f in figures.iterdir():
-            if f.is_file() and f.suffix in (".md", ".png", ".svg"):
-                shutil.copyfile(f, docs / "figures" / f.name)
+        for f in (f for f in figures.iterdir() if f.is_file() and f.suffix in (".md", ".png", ".svg")):
+            shutil.copyfile(f, docs / "figures" / f.name)
     else:
         (docs / "figures" / "index.md").write_text(
             f'# Guide figures\n\n!!! warning "Not generated at the `{size}` size"\n    `longctx figures --size {size}` '
@@ -104,9 +120,8 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
 
 
 def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -> None:
-    """The executed notebook with a cell on top naming its run, and a link to the next lesson at the end. Its
-    cells are rendered by nbconvert as written (MkDocs rewrites only .md pages), so their links to another
-    lesson's notebook or to the glossary are made links to the built .html pages."""
+    """The executed notebook with a cell on top naming its run and a link to the next lesson at the end. nbconvert
+    renders its cells as written (MkDocs rewrites only .md pages): links to a notebook or the glossary are made .html."""
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
@@ -128,52 +143,11 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
 
 
 def _next(following: str | None, built: bool = False) -> str:
-    """The link to the next lesson's page (`following`: its file under docs/): a Markdown page links to the file,
-    which MkDocs checks and rewrites; a notebook's cells name the built .html page."""
+    """The link to the next lesson (`following`: its file under docs/), which MkDocs checks and rewrites in a Markdown
+    page; a notebook's cells name the built .html page."""
     if following:
         return f"**Next:** [{Path(following).stem}]({Path(following).stem + '.html' if built else Path(following).name})"
     return f"**Last lesson.** Back to the [index]({'../index.html' if built else '../index.md'})."
-
-
-def _mkdocs(size: str, docs: Path, site: Path, nav: list, progress: bool) -> None:
-    import logging
-
-    from mkdocs.commands.build import build as mkdocs_build
-    from mkdocs.config import load_config
-
-    config = {
-        "site_name": f"longctx lessons ({size} run)",
-        "docs_dir": str(docs),
-        "site_dir": str(site),
-        "use_directory_urls": False,  # pages are .html files: the site opens from disk
-        "strict": True,  # a link MkDocs can check that points nowhere fails the build
-        "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
-        "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
-        # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
-        "plugins": [
-            {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
-        ],
-        "nav": nav,
-    }
-    (docs.parent / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
-    logger = logging.getLogger("mkdocs")
-    level = logger.level
-    logger.setLevel(level if progress else logging.ERROR)
-    try:
-        mkdocs_build(load_config(config_file=str(docs.parent / "mkdocs.yml")))
-    except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
-        raise LongctxError(f"MkDocs could not build the site: {exc}") from None
-    finally:
-        logger.setLevel(level)
-
-
-class _Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.found: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.found += [value for key, value in attrs if key in ("href", "src") and value]
 
 
 def broken_links(site: str | Path) -> list[str]:
@@ -182,9 +156,10 @@ def broken_links(site: str | Path) -> list[str]:
     site = Path(site)
     problems = []
     for page in sorted(site.rglob("*.html")):
-        parser = _Links()
+        parser, found = HTMLParser(), []
+        parser.handle_starttag = lambda tag, attrs: found.extend(v for k, v in attrs if k in ("href", "src") and v)
         parser.feed(page.read_text(encoding="utf-8", errors="replace"))
-        for link in parser.found:
+        for link in found:
             parts = urlsplit(link)
             if parts.scheme or parts.netloc or not parts.path:  # http(s):, data:, mailto:, or a #fragment
                 continue

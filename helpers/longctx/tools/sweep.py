@@ -1,9 +1,7 @@
-"""Parameter sweeps: every point of a grid executed through papermill into its own folder, resumably (a point
-is done when its folder holds `point.json` with its key: see Sweep.key). A point runs in a temporary folder
-renamed into place when it finished, so an interrupted sweep leaves no half result. Out of memory is a result
-("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
-SLURM through submitit ("slurm"; "slurm-local" / "slurm-debug" rehearse a submission without a cluster). At
-the end: one CSV table (grid values, status, every scalar result) and a plot of one metric."""
+"""Parameter sweeps: each point of a grid run by the harness in a temporary folder renamed into place when it
+finished (`point.json` with its key: Sweep.key), so a sweep resumes and leaves no half result. Out of memory is a
+result ("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
+SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
 
 from __future__ import annotations
 
@@ -19,10 +17,12 @@ import platform
 import shutil
 import socket
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from longctx import children, files
 from longctx.errors import LongctxError, check_choice
+from longctx.levers.base_model import checkpoint_dir
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
 from longctx.run.needs import PATH_PARAMETERS, machine
 
@@ -42,20 +42,15 @@ def parse_grid(items: list[str]) -> dict[str, list]:
 
     grid: dict[str, list] = {}
     for item in items:
-        if "=" not in item:
-            raise LongctxError(f"Grid entry {item!r} is not of the form KEY=V1,V2,...")
-        key, raw = item.split("=", 1)
-        values = [v for v in split_top_level(raw) if v.strip()]
-        if not values:
-            raise LongctxError(f"Grid key {key!r} has no values.")
+        key, _, raw = item.partition("=")
+        if not (values := [v for v in split_top_level(raw) if v.strip()]):
+            raise LongctxError(f"Grid entry {item!r} has no values: write KEY=V1,V2,...")
         if key.strip() in grid:
             raise LongctxError(f"Grid key {key!r} is given twice.")
-        parsed = []
-        for v in values:  # values equal after parsing (32, 032, 32.0) are one point
-            value = parse_value(v)
+        grid[key.strip()] = parsed = []
+        for value in map(parse_value, values):  # values equal after parsing (32, 032, 32.0) are one point
             if not any(value == p and isinstance(value, bool) == isinstance(p, bool) for p in parsed):
                 parsed.append(value)
-        grid[key.strip()] = parsed
     return grid
 
 
@@ -71,31 +66,28 @@ class Sweep:
     machine: str | None = None
 
     def __post_init__(self) -> None:
-        from longctx.run.harness import SIZES, check_parameters, declared_parameters, resolve, size_params
+        from longctx.run.harness import check_parameters, declared_parameters, resolve, size_params
 
-        check_choice("size", self.size, SIZES)
         path = resolve(self.notebook)
         self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
         if not self.grid:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
-        both = sorted(set(self.grid) & set(self.fixed))
-        if both:
+        if both := sorted(set(self.grid) & set(self.fixed)):
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
-        count = math.prod(len(v) for v in self.grid.values())
-        if count > MAX_POINTS:
+        if (count := math.prod(len(v) for v in self.grid.values())) > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
-        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)
+        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)  # an unknown size refused
         for point in self.points():  # every point's names, types and ranges, before anything runs
             check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
-        default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
-        self.out = files.claim_folder(self.out or default, "sweep", default=default, write=False)
+        self.out = files.claim_folder(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", write=False)
 
         code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
         self._versions = {name: _version(name) for name in LIBRARIES} | {
             "python": platform.python_version(),
             "longctx_source": hashlib.sha256(b"".join(p.read_bytes() for p in code if p.is_file())).hexdigest()[:16],
         }
-        self._source = hashlib.sha256(path.read_bytes()).hexdigest()  # an edited notebook is another experiment
+        self._notebook = path.read_bytes()  # what the points run (see _snapshot)
+        self._source = hashlib.sha256(self._notebook).hexdigest()  # an edited notebook is another experiment
         # `longctx data` records the SHA-256 of every file it writes in data/manifest.json, rewritten on a rebuild;
         # the sizes and times of those files catch an edit by hand. No data file is read.
         manifest = data_dir() / "manifest.json"
@@ -110,8 +102,7 @@ class Sweep:
         return [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
 
     def params(self, point: dict) -> dict:
-        """Every parameter the point runs with: the notebook's defaults, the size's, the fixed overrides, the
-        grid values."""
+        """Every parameter the point runs with: the notebook's defaults, the size's, the fixed ones, the grid's."""
         return {**self._defaults, **self._base, **self.fixed, **point}
 
     def key(self, point: dict) -> str:
@@ -126,8 +117,6 @@ class Sweep:
     def _inputs(self, point: dict) -> dict:
         """The identity of the local files a point reads: model folders and datasets its parameters name (the
         base model for "base"), and data/. Replaced weights or edited data make a new experiment."""
-        from longctx.levers.base_model import checkpoint_dir
-
         named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
         found = {k: _stats(p, p.rglob("*")) if p.is_dir() else _stats(p.parent, [p.name]) for k, p in paths.items() if p.exists()}
@@ -143,12 +132,9 @@ class Sweep:
 
 
 def _version(dist: str) -> str:
-    from importlib import metadata
-
-    try:
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
+    return "absent"
 
 
 def _stats(root: Path, names) -> list:
@@ -183,7 +169,6 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     folder = Path(folder)
     if is_done(folder, key):
         return _read_record(folder)
-    runner = runner or harness.run
     # host and PID in the name: only the process that made a temporary folder, or a later run on the same
     # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
     tmp = folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
@@ -191,15 +176,14 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
     try:
-        result = runner(notebook, size, params, out=tmp, progress=False)
+        result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
     except harness.NotebookFailed as exc:
         oom = exc.ename in OOM_NAMES or any(words in exc.evalue.lower() for words in OOM_WORDS)
         died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
         record.update(status="oom" if oom else "died" if died else "error", error=f"{exc.ename}: {exc.evalue}")
     write_json_atomic(tmp / "point.json", record)
-    if folder.exists():  # an earlier failed attempt: replace it
-        shutil.rmtree(folder)
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier failed attempt: replaced
     os.replace(tmp, folder)
     return record
 
@@ -210,10 +194,9 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     if slurm and executor == "local":
         raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
     slurm = slurm or {}
-    for name, low, unit in (("time", 1, "minutes"), ("gpus", 0, "GPUs")):
-        value = slurm.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise LongctxError(f"--{name} must be a whole number ≥ {low} ({unit} per point), got {value!r}.")
+    for name, low in (("time", 1), ("gpus", 0)):  # minutes and GPUs per point (the CLI's argparse reads whole numbers)
+        if slurm.get(name, low) < low:
+            raise LongctxError(f"--{name} must be a whole number ≥ {low}, got {slurm[name]!r}.")
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
     if executor != "local" and importlib.util.find_spec("submitit") is None:
@@ -223,11 +206,8 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
             "--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
             "from the cluster's login node, or use --executor local (or slurm-local to rehearse)."
         )
-    if not isinstance(jobs, int) or jobs < 1 or jobs > (os.cpu_count() or 1):
-        raise LongctxError(
-            f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, "
-            f"got {jobs!r} (each job runs a notebook kernel of its own)."
-        )
+    if not 1 <= jobs <= (os.cpu_count() or 1):  # each job runs a notebook kernel of its own
+        raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, got {jobs}.")
     if executor == "slurm" and sweep.machine is None:
         sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
     from filelock import FileLock, Timeout
@@ -245,7 +225,7 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
                 f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
                 "away (or give --out another folder). Nothing was run."
             )
-    files.claim_folder(sweep.out, "sweep", default=build_dir() / "sweeps" / f"{sweep.notebook}-{sweep.size}")
+    files.claim_folder(sweep.out, "sweep")
     try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(sweep.out / ".lock", timeout=0):
             return _run_locked(sweep, executor, jobs, slurm, metric, progress)
@@ -270,36 +250,43 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
     calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
-    # a typo is caught by the points already done, or by the first one below
-    _check_metric(metric, [_read_record(sweep.folder(p)) for p in sweep.points() if p not in todo])
+    _check_metric(metric, sweep)  # a typo is caught by the points already done, by the first one below, or at the end
+    bar = {"desc": f"sweep {sweep.notebook}", "disable": not progress}
     if executor == "local" and jobs == 1:
-        for call in tqdm(calls, desc=f"sweep {sweep.notebook}", disable=not progress):
-            _check_metric(metric, [run_point(*call)])
+        for call in tqdm(calls, **bar):
+            _check_metric(metric, sweep, [run_point(*call)])
     elif executor == "local":
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
-        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), desc=f"sweep {sweep.notebook}", disable=not progress))
-    else:
-        _run_submitit(sweep, calls, executor, slurm, progress)
+        children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), **bar))
+    else:  # one SLURM array job, a task per point
+        import submitit
+
+        ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
+        ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
+        # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
+        ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
+        for job in tqdm(ex.map_array(run_point, *zip(*calls)) if calls else [], **bar):
+            job.result()
+    _check_metric(metric, sweep)
     return write_table(sweep, metric)
 
 
 def _snapshot(sweep: Sweep) -> Path:
-    """The notebook as the sweep's keys saw it, copied once into the sweep folder (by its hash)."""
+    """The notebook as the sweep's keys saw it, written once into the sweep folder (by its hash)."""
     copy = sweep.out / "source" / sweep._source[:12] / sweep.path.name
-    if not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != sweep._source:  # absent or edited
-        if hashlib.sha256(sweep.path.read_bytes()).hexdigest() != sweep._source:
-            raise LongctxError(f"{sweep.path} changed after the sweep was set up; run the command again.")
+    if not copy.is_file() or copy.read_bytes() != sweep._notebook:  # absent or edited
         copy.parent.mkdir(parents=True, exist_ok=True)
         with files.atomic(copy) as tmp:
-            shutil.copyfile(sweep.path, tmp)
+            tmp.write_bytes(sweep._notebook)
     return copy
 
 
-def _check_metric(metric: str | None, records: list[dict]) -> None:
-    """Refuse a metric that a finished point did not report, before the other points run."""
-    done = [r for r in records if r.get("status") == "ok"]
-    if metric and done and metric not in done[0].get("results", {}):
-        known = sorted(k for k, v in done[0]["results"].items() if isinstance(v, (int, float)))
+def _check_metric(metric: str | None, sweep: Sweep, records: list[dict] | None = None) -> None:
+    """Refuse a metric that a finished point (of `records`, default the sweep's) did not report."""
+    records = [_read_record(sweep.folder(p)) for p in sweep.points()] if records is None else records
+    done = [_scalars(r.get("results", {})) for r in records if r.get("status") == "ok"]
+    if metric and done and metric not in done[0]:
+        known = sorted(k for k, v in done[0].items() if isinstance(v, (int, float)))
         raise LongctxError(
             f"No result named {metric!r}: the finished point reported {', '.join(known)}. The points "
             "done so far are kept; re-run with one of those names."
@@ -310,35 +297,17 @@ def _run_call(call):
     return run_point(*call)
 
 
-def _run_submitit(sweep: Sweep, calls, executor: str, slurm: dict, progress: bool) -> None:
-    import submitit
-    from tqdm.auto import tqdm
-
-    ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
-    ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
-    # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
-    ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
-    jobs = ex.map_array(run_point, *zip(*calls)) if calls else []  # one array job, one task per point
-    for job in tqdm(jobs, desc=f"sweep {sweep.notebook} ({executor})", disable=not progress):
-        job.result()
-
-
-def _scalars(prefix: str, value, out: dict) -> None:
+def _scalars(value, prefix: str = "") -> dict:
+    """Every scalar of nested dicts, named by its path ("a.b")."""
     if isinstance(value, dict):
-        for k, v in value.items():
-            _scalars(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(value, (int, float, str, bool)) or value is None:
-        out[prefix] = value
+        return {name: v for k, item in value.items() for name, v in _scalars(item, f"{prefix}.{k}" if prefix else str(k)).items()}
+    return {prefix: value} if isinstance(value, (int, float, str, bool)) or value is None else {}
 
 
 def table(sweep: Sweep) -> list[dict]:
     """One row per point, in grid order: grid values, status, and every scalar result."""
-    rows = []
-    for point in sweep.points():
-        record = _read_record(sweep.folder(point))
-        rows.append({**point, "status": record.get("status"), "seconds": record.get("seconds")})
-        _scalars("", record.get("results", {}), rows[-1])
-    return rows
+    records = [(point, _read_record(sweep.folder(point))) for point in sweep.points()]
+    return [{**p, "status": r.get("status"), "seconds": r.get("seconds"), **_scalars(r.get("results", {}))} for p, r in records]
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
@@ -354,16 +323,13 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     return path
 
 
-def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
+def plot_metric(sweep: Sweep, rows: list[dict], metric: str) -> None:
     """`metric` against the first grid key, one line per combination of the other keys; failed points
     (out of memory included) are marked on the x axis."""
     from longctx import plots
 
-    if not any(metric in r for r in rows):
-        known = sorted({k for r in rows for k in r if k not in sweep.grid})
-        raise LongctxError(f"No point reported {metric!r}. Metrics available: {', '.join(known) or '(none yet)'}.")
     first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
-    ax = plots.axes(ax)
+    ax = plots.axes()
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in others), []).append(r)
@@ -377,4 +343,3 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str, ax=None):
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
-    return ax
