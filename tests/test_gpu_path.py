@@ -219,7 +219,7 @@ def test_a_parquet_folder_without_a_test_split_is_named(tmp_path):
 
 
 def test_the_ulysses_deepspeed_config_takes_its_numbers_from_the_sftconfig(tmp_path):
-    """"auto" values: transformers fills them from the trainer's arguments, where fixed ones that differ would be refused
+    """ "auto" values: transformers fills them from the trainer's arguments, where fixed ones that differ would be refused
     when a trainer starts (a reader's SFTConfig has its own learning rate and batch)."""
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
     from trl import SFTConfig
