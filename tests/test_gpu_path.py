@@ -62,9 +62,8 @@ def test_a_script_only_dataset_is_refused_naming_its_parquet_copy():
     assert "Dataset scripts are no longer supported" in str(err.value)
 
 
-def test_pg19_means_the_parquet_copy_and_is_held_out_on_its_test_split():
+def test_pg19_means_the_parquet_copy():
     assert data.check_dataset("pg19") == data.PG19 == "emozilla/pg19"
-    assert data.held_out_split("pg19") == "test" and data.held_out_split("corpus") == "validation"
 
 
 def test_the_parquet_export_loads_through_the_hub_code_path():

@@ -85,8 +85,8 @@ def test_the_default_output_folder_is_claimed_like_any_other(tmp_path):
     default.mkdir(parents=True)
     (default / "notes.txt").write_text("mine")
     with pytest.raises(LongctxError, match="notes.txt"):
-        files.claim_folder(default, "run", default=default)
+        files.claim_folder(default, "run")
     (default / "notes.txt").unlink()
-    assert files.claim_folder(default, "run", default=default) == default.resolve()
+    assert files.claim_folder(default, "run") == default.resolve()
     (default / "results.json").write_text("{}")  # what the run wrote
-    assert files.claim_folder(default, "run", default=default) == default.resolve()
+    assert files.claim_folder(default, "run") == default.resolve()

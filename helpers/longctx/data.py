@@ -313,11 +313,6 @@ def check_dataset(dataset: str, splits: tuple[str, ...] = ("train",)) -> str:
     return dataset
 
 
-def held_out_split(dataset: str) -> str:
-    """The split the training split never contains: the corpus's validation books, or a `datasets` source's test."""
-    return "validation" if check_dataset(dataset) == CORPUS else "test"
-
-
 def tokenizer_for(model: str):
     """The corpus BPE for a preset (random weights, corpus vocabulary); a model folder's or hub id's own otherwise."""
     if model in PRESETS:

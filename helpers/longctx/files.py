@@ -88,9 +88,9 @@ def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = 
     return out
 
 
-def claim_folder(out: str | Path, command: str, *, default: Path | None = None, write: bool = True) -> Path:
+def claim_folder(out: str | Path, command: str, *, write: bool = True) -> Path:
     """A whole folder for a command that writes what it likes inside (a run, a sweep, the site): new, empty, or one
-    it wrote before (its marker), the default folder too (`default` is ignored). `write` creates and marks it."""
+    it wrote before (its marker), the default folder too. `write` creates and marks it."""
     out = _writable(out)
     present, marked = _look(out, command)
     if present and not marked:

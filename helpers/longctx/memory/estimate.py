@@ -136,15 +136,6 @@ def check_levers(
         check_plan(cfg, seq_len, cp_size=cp_size)
 
 
-def _to_host(t):
-    return (t.device, t.to(HOST))
-
-
-def _to_device(packed):
-    device, t = packed
-    return t.to(device)
-
-
 @contextlib.contextmanager
 def _default_dtype(dtype):
     # model.to(dtype) fails under fake mode; building in the right default dtype does not
@@ -208,7 +199,7 @@ def build_step(
         if offload:  # transformers' save_on_cpu-around-checkpoint, with `meta` as the host
             from longctx.offload import install
 
-            install(net, _to_host, _to_device)
+            install(net, lambda t: (t.device, t.to(HOST)), lambda packed: packed[1].to(packed[0]))
         else:
             net.activation_checkpointing_enable()
     if tiled_mlp:  # ALST's tiled MLP, DeepSpeed's autograd function (longctx.tiled_mlp)

@@ -221,7 +221,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
-    out = files.claim_folder(target, "run", default=build_dir() / notebook.stem)
+    out = files.claim_folder(target, "run")
     results_path, executed = out / "results.json", out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
         old.unlink(missing_ok=True)
