@@ -373,16 +373,8 @@ def test_layers_that_differ_are_traced_whole():
 
     from longctx.memory import repeat
 
-    sliding = Gemma3TextConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=1000,
-        sliding_window=64,
-    )  # fmt: skip  (five sliding-window layers, then one of full attention)
+    sizes = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+    sliding = Gemma3TextConfig(**sizes, num_hidden_layers=6, head_dim=16, sliding_window=64)  # 5 sliding layers, 1 full
     assert not repeat.identical_layers(sliding) and repeat.identical_layers(_qwen3_moe())
     assert estimate(sliding, 256, attn_implementation="eager").meta["method"] == "traced"
     assert estimate("qwen3-0.6b", 4096, cp_size=2).meta["method"] == "traced"  # FSDP2: see estimate()

@@ -410,12 +410,9 @@ def _attention_masks(net) -> dict:
 
 
 def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None, **levers) -> dict:
-    """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`.
-
-    Past the fixed-size tile regime the peak grows almost linearly with length, so the secant method
-    from 32 and 96 multiples lands next to the answer; the last fitting and first failing multiples
-    are then closed in on by bisection, so the answer does not depend on which lengths were tried.
-    `known` maps lengths already estimated (with the same levers) to their peaks in GiB."""
+    """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`: secant steps from 32 and 96
+    multiples (the peak is nearly linear in length), then bisection between the last fit and the first miss. `known`:
+    lengths already estimated with the same levers → their peaks in GiB."""
     check_positive_int("multiple", multiple)
     if not capacity_gib > 0:
         raise LongctxError(f"capacity_gib must be a positive number of GiB, got {capacity_gib!r}.")

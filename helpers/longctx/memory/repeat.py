@@ -1,16 +1,9 @@
-"""A training step's memory timeline for a stack of N identical decoder layers, from the traces of 3 and 4 layers.
-
-Why this is exact: identical layers run the same operators on the same shapes, so the trace of a step is a fixed
-sequence of stretches — the operators before the first layer, one stretch per layer in forward (and again in
-backward), the operators after — and one more layer adds one stretch to each pass. Every row of bytes is then
-affine in the depth N (one more layer: its parameters, gradients, optimizer state and saved input) and, inside the
-stretch of a middle layer, affine in that layer's index (the saved inputs below it, the gradients above it). The 4-layer
-trace has two middle layers, so it gives the step from one layer index to the next; the 3-layer trace beside it gives
-the step from one depth to the next. The first and last layers are kept apart (they read the embedding, or feed the
-head). Stretches whose length grows with depth (the optimizer's, one run of identical rows per layer) are lengthened.
-`tests/test_estimate.py` holds the extension to a full trace, byte for byte; anything that does not fit this shape
-raises NotRepeating and the caller traces every layer.
-"""
+"""A training step's memory timeline for N identical decoder layers, from the traces of 3 and 4 layers. Exact because
+identical layers run the same operators on the same shapes: each pass is the stretch before the layers, one stretch per
+layer, the stretch after; every row is affine in the depth (one more layer's weights, gradients, state, saved input) and,
+in a middle layer's stretch, in its index. The 4-layer trace gives one index step, the 3-layer one a depth step; the first
+and last layers are kept as traced; the optimizer's stretch gains one repeated block per layer. Anything else raises
+NotRepeating and the caller traces every layer (tests/test_estimate.py holds the extension to the full trace)."""
 
 from __future__ import annotations
 
