@@ -1,7 +1,8 @@
 """`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak.
 
 The levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward
-pass), activation offload (host traffic), then context parallelism over 2, 4, ... GPUs (more GPUs).
+pass), activation offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then
+context parallelism over 2, 4, ... GPUs (more GPUs).
 The first step that fits is the cheapest combination. Every step is a fake-tensor estimate
 (`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers.
 """
@@ -48,6 +49,7 @@ def plan(
     gpu_memory_gib: float,
     mixed_precision: bool = False,
     attn_implementation: str = "sdpa",
+    tiled_mlp: bool = False,
     exact: bool = False,
     workers: int = 2,
     progress: bool = True,
@@ -65,8 +67,10 @@ def plan(
         (["chunked loss", "checkpointing"], dict(one_gpu, loss="chunked", checkpointing=True)),
         (["chunked loss", "checkpointing", "offload"], offload),
     ]
-    cp = dict(offload, attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
-    steps += [(steps[3][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
+    if tiled_mlp:
+        steps.append((steps[3][0] + ["tiled MLP"], dict(offload, tiled_mlp=True)))
+    cp = dict(steps[-1][1], attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
+    steps += [(steps[-1][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
     bar = tqdm(total=len(steps), desc="plan: estimates", disable=not progress)
     results = children.pool_map(_estimate, [(model, seq_len, kw) for _, kw in steps], workers, bar)
     rows = [
@@ -80,6 +84,7 @@ def plan(
         "gpu_memory_gib": gib,
         "mixed_precision": mixed_precision,
         "attn_implementation": attn_implementation,
+        "tiled_mlp": tiled_mlp,
         "steps": rows,
         "cheapest": next((r for r in rows if r["fits"]), None),
         "not_counted": cards.unmodelled(gpus),
@@ -111,5 +116,11 @@ def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
 def short_label(levers: list[str]) -> str:
     """'chunked loss + checkpointing + offload + context parallel ×8' → '+CP×8' (the lever a step adds)."""
     last = levers[-1]
-    short = {"plain loss": "naive", "chunked loss": "chunked", "checkpointing": "+ckpt", "offload": "+offload"}
+    short = {
+        "plain loss": "naive",
+        "chunked loss": "chunked",
+        "checkpointing": "+ckpt",
+        "offload": "+offload",
+        "tiled MLP": "+tiled",
+    }
     return short.get(last, "+CP" + last.split()[-1] if last.startswith("context parallel") else last)
