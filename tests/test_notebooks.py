@@ -155,6 +155,8 @@ def test_06_one_million_tokens(ran):
 
 
 def test_02_yarn(ran):
+    from math import log
+
     res = ran("02_yarn").results["results"]
     # direction of the effect at the ci size: past the trained range plain rises more than YaRN
     plain_rise = res["plain_last"] - res["plain_in_range"]
@@ -173,6 +175,21 @@ def test_02_yarn(ran):
     assert res["beta_fast"] < rope.DEFAULT_BETA_FAST and abs(matched["kept"] - reference["kept"]) <= 1 / 16
     assert res["yarn_cost_in_range"] < res["yarn_cost_in_range_default_betas"]
     assert res["wanted_length"] == res["multiple"] * res["trained_length"]
+    # the recap's gap is the per-token curves' (paired, so it is minus their mean difference)
+    assert res["gap_last"] == pytest.approx(res["plain_last"] - res["yarn_last"]) == pytest.approx(-res["diff_last"])
+    assert res["scan_closest_call"] >= 0
+    # the one-line picture, from Qwen3-4B's own rotary module: the slow pairs see position / factor, the fast ones it
+    position, factor = res["qwen3_position"], res["qwen3_factor"]
+    assert res["qwen3_looks_like_fastest"] == pytest.approx(position)
+    assert res["qwen3_looks_like_slowest"] == pytest.approx(position / factor)
+    assert res["qwen3_pairs_untouched"] > 0 and res["qwen3_pairs_divided"] > 0
+    assert res["qwen3_attention_scaling"] == pytest.approx(0.1 * log(factor) + 1)  # transformers' get_mscale
+    # the Qwen3-4B snippet is read by transformers without a warning; TRL's example is rebuilt by rope.with_yarn
+    rope_parameters = res["qwen3_model_init_kwargs"]["rope_parameters"]
+    assert rope_parameters["original_max_position_embeddings"] == rope.QWEN3_TRAINED_LENGTH
+    assert rope_parameters["factor"] == factor and res["qwen3_rope_warnings"] == [] and res["example_rebuilt"]
+    assert res["distance_only"] and res["ratio_is_pair_scaling"]
+    assert res["exercise_3_passed"]  # the solution the exercise shows passes its own check
 
 
 # executed a second time by the figures test: a measured memory profile and estimates (01), per-token losses

@@ -104,3 +104,9 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
     if ours is None:
         return f"{guide}; not computed at this size"
     return f"{guide}, ours {ours:,.{places}f}" + (f" ({ours / figure.value:.2f}×)" if ratio else "")
+
+
+# lesson 02: TRL's example sft_qwen3_8b_1m_context, its YaRN override (model_init_kwargs["rope_parameters"]; Qwen3's
+# 32,768 trained positions) and its comment on where the loss starts without it
+EXAMPLE_ROPE_PARAMETERS = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 32.0, "original_max_position_embeddings": 32768}
+FIRST_LOSS_1M_PLAIN = Figure(10.6, "Qwen3-8B, 1,048,576 tokens without RoPE scaling: first loss (nats)", source="TRL's example")
