@@ -345,8 +345,8 @@ FAST_CASES = {
     "held-out-dense-llama-3.2-1b": (_llama_3_2_1b, 65536, {}),
     "held-out-moe-qwen3-moe": (_qwen3_moe, 16384, dict(optim="foreach")),
     "qwen3-0.6b-cp4-offload": ("qwen3-0.6b", 32768, dict(offload=True, cp_size=4)),
-    "deep-cp2-mixed-precision": ("deep", 8192, dict(cp_size=2, mixed_precision=True)),
-    "deep-cp8-tiled-mlp": ("deep", 16384, dict(cp_size=8, tiled_mlp=True)),
+    "deep-cp2-mixed-precision": ("deep", 4096, dict(cp_size=2, mixed_precision=True)),
+    "deep-cp8-tiled-mlp": ("deep", 4096, dict(cp_size=8, tiled_mlp=True)),
 }
 
 

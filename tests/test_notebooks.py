@@ -110,6 +110,10 @@ def test_07_tiled_mlp(ran):
     assert res["full_peak_tiled_gib"] < res["full_peak_guide_levers_gib"]
     plain, with_tiles = res["full_peaks_gib"]
     assert all(b < a for a, b in zip(plain, with_tiles))
+    # the attention kernel: eager keeps the scores, SDPA does not; checkpointing fewer layers keeps more
+    assert res["attn_peak_mib"]["eager"] > res["attn_peak_mib"]["sdpa"]
+    every = res["every_n_layers_peak_mib"]
+    assert every["1"] <= every["2"] <= every["0"] and every["1"] < every["0"]
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"tiled_mlp_cpu_profile_plain", "tiled_mlp_cpu_profile_tiled", "tiled_mlp_full_scaling"} <= figures
 

@@ -41,6 +41,22 @@ def _estimate(args):
     return profile.peak_gib, profile.meta["wall_seconds"]
 
 
+def ladder(gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tiled_mlp=False, exact=False) -> list:
+    """The plan's steps, cheapest first: (the levers on, `estimate`'s keyword arguments), one step per added lever."""
+    one_gpu = dict(attn_implementation=attn_implementation, exact=exact)
+    offload = dict(one_gpu, loss="chunked", checkpointing=True, offload=True)
+    steps = [
+        (["plain loss"], dict(one_gpu, loss="plain", checkpointing=False)),
+        (["chunked loss"], dict(one_gpu, loss="chunked", checkpointing=False)),
+        (["chunked loss", "checkpointing"], dict(one_gpu, loss="chunked", checkpointing=True)),
+        (["chunked loss", "checkpointing", "offload"], offload),
+    ]
+    if tiled_mlp:
+        steps.append((steps[3][0] + ["tiled MLP"], dict(offload, tiled_mlp=True)))
+    cp = dict(steps[-1][1], attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
+    return steps + [(steps[-1][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
+
+
 def plan(
     model,
     seq_len: int,
@@ -59,18 +75,9 @@ def plan(
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
     `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only)."""
     gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation)
-    one_gpu = dict(exact=exact, attn_implementation=attn_implementation)
-    offload = dict(one_gpu, loss="chunked", checkpointing=True, offload=True)
-    steps = [
-        (["plain loss"], dict(one_gpu, loss="plain", checkpointing=False)),
-        (["chunked loss"], dict(one_gpu, loss="chunked", checkpointing=False)),
-        (["chunked loss", "checkpointing"], dict(one_gpu, loss="chunked", checkpointing=True)),
-        (["chunked loss", "checkpointing", "offload"], offload),
-    ]
-    if tiled_mlp:
-        steps.append((steps[3][0] + ["tiled MLP"], dict(offload, tiled_mlp=True)))
-    cp = dict(steps[-1][1], attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
-    steps += [(steps[-1][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
+    steps = ladder(
+        gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, exact=exact
+    )
     bar = tqdm(total=len(steps), desc="plan: estimates", disable=not progress)
     results = children.pool_map(_estimate, [(model, seq_len, kw) for _, kw in steps], workers, bar)
     rows = [
