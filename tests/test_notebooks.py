@@ -130,6 +130,9 @@ def test_05_trainium_padding(ran):
     assert res["time_order_ok"]  # pad 128 < pad 64 < unpadded, measured in one run
     assert res["generation_compile_ratio"] >= 4  # the static cache needs far fewer compiles
     assert {"SFT", "DPO", "GRPO", "KTO", "RLOO", "Reward", "Distillation"} <= set(res["trainers_with_padding"])
+    # the length-grouped census feeds every row (a few dozen examples are too few for it to group); shapes cost time
+    assert set(res["grouped_tokens"]) == {"None", "128"} and res["grouped_tokens"]["128"] == res["census_tokens"]["128"]
+    assert all(s > 0 for s in res["seconds_per_shape"].values())
 
 
 def test_04_context_parallelism(ran):
@@ -139,6 +142,10 @@ def test_04_context_parallelism(ran):
         assert res["cp"][n]["loss_abs_diff"] <= 1e-5
         assert res["cp"][n]["grad_max_abs_diff"] <= 1e-4
         assert res["cp"][n]["activations_ratio"] <= limit
+    # the full-length config it prints says what scripts/context_parallel_8gpu.yaml says; ZeRO-3 holds least per rank
+    assert res["cp_yaml_agrees"] is True
+    zero = res["zero_gib_per_rank"]
+    assert zero["3"] < zero["2"] < zero["1"]
     if res["sp2"] is None:
         pytest.skip(
             "Ulysses SP not run: DeepSpeed is not installed in this environment (optional extra "
@@ -156,6 +163,8 @@ def test_06_one_million_tokens(ran):
     for key, figure in (("first_peak_gib", guide.QWEN3_8B_1M_CP8), ("second_peak_gib", guide.QWEN3_4B_1M_CP4)):
         assert res[key] == pytest.approx(figure.value, rel=figure.rel), f"{key}: {figure.what}"
     assert res["first_host_gib"] == pytest.approx(36 * 131072 * 4096 * 2 / 2**30, rel=1e-6)  # this rank's inputs
+    assert res["tokens_guide_run"] == guide.STEPS_1M.value * 1048576  # 12 steps of a million tokens: 12.6M
+    assert res["yarn_tokens"] == guide.YARN_STEPS.value * guide.YARN_STEP_TOKENS.value
 
 
 def test_02_yarn(ran):
