@@ -47,7 +47,7 @@
     const first = data.steps.findIndex((_, s) => !lookup(model, s, length).error && lookup(model, s, length).peak_gib <= capacity);
     $("calc-cheapest").textContent =
       first < 0
-        ? `Nothing in the ladder fits ${tokens(length)} tokens of ${model} on ${gpus > 1 ? "8" : "up to 8"} ${card}s.`
+        ? `Nothing in the ladder fits ${tokens(length)} tokens of ${model} on up to 8 ${card}s.`
         : `Cheapest that fits (as longctx plan --gpus 8 orders the levers): ${data.steps[first].levers.join(" + ")}.`;
   }
 
