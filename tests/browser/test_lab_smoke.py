@@ -119,7 +119,9 @@ def test_the_explore_widget_redraws_when_a_control_changes(lab):
 
     url, token, root, tmp = lab
     cell = 'from longctx.memory.explore import explore\n\nexplore("deep", 4096, models=())'
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), root / "explore.ipynb")
+    kernel = nbformat.read(root / NOTEBOOK, as_version=4).metadata.kernelspec  # the lessons' kernel: no kernel dialog
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)], metadata={"kernelspec": kernel})
+    nbformat.write(nb, root / "explore.ipynb")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -128,7 +130,12 @@ def test_the_explore_widget_redraws_when_a_control_changes(lab):
         page.click(".jp-Notebook .jp-Cell >> nth=0")
         page.keyboard.press("Shift+Enter")
         first = page.locator(".widget-output img").first
-        first.wait_for(timeout=300_000)  # the first estimate drawn
+        shots = Path(os.environ.get("LAB_SMOKE_SHOTS") or tmp)
+        shots.mkdir(parents=True, exist_ok=True)
+        try:
+            first.wait_for(timeout=300_000)  # the first estimate drawn
+        finally:
+            page.screenshot(path=str(shots / "explore-widget-first.png"))
         before = first.get_attribute("src")
         page.get_by_role("checkbox", name="offload").check()
         page.wait_for_function(
@@ -136,7 +143,5 @@ def test_the_explore_widget_redraws_when_a_control_changes(lab):
             arg=before,
             timeout=300_000,
         )
-        shots = Path(os.environ.get("LAB_SMOKE_SHOTS") or tmp)
-        shots.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(shots / "explore-widget.png"))
+        page.screenshot(path=str(shots / "explore-widget-offload.png"))
         browser.close()
