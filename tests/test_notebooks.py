@@ -53,7 +53,26 @@ def test_00_memory_primer(ran):
     kept = list(r.out.glob("runs/overfit-lr*/checkpoint-*"))
     assert 1 <= len(kept) <= 2 < len(res["eval_steps"])
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
-    assert {"primer_budget_7b", "primer_step_profile", "primer_train_eval"} <= figures
+    assert {"primer_budget_7b", "primer_step_profile", "primer_train_eval", "primer_example_lengths"} <= figures
+    # the step's spikes: TRL's fused-head buffer, min(N, 4096) x 32768 in the fp32 compute dtype, once in each pass
+    p = r.results["params"]
+    assert res["head_buffer_bytes"] == min(p["BATCH"] * (p["SEQ_LEN"] - 1), 4096) * 32768 * 4
+    assert res["largest_forward_alloc_bytes"] == res["head_buffer_bytes"]
+    assert res["head_buffer_found"] == {"forward": 1, "backward": 1}
+    # LoRA takes most of the fixed part away, a smaller share of the activations
+    assert res["lora_over_full_fixed"] < 0.5 < res["lora_over_full_activations"] <= 1
+    # bf16 activations: less than fp32's, more than half (RMSNorm's fp32 copies); checkpointing recomputes matmuls
+    assert 0.5 < res["bf16_activation_ratio"] < 1
+    assert res["checkpointing_flop_ratio"] > 1 and len(res["checkpointing_seconds"]["plain"]) == 5
+    # max_length from the data: the books are far longer than the default truncation keeps
+    assert res["tokens_kept_if_truncated"]["1024"] < 0.1 and res["max_length_whole_9_in_10"] % 1024 == 0
+    assert res["max_length_whole_9_in_10"] >= res["book_tokens_percentiles"]["90"] > res["book_tokens_percentiles"]["50"]
+    # the overfitting run's config and a sample from its best checkpoint
+    assert res["overfit_epochs"] == pytest.approx(p["OVERFIT_STEPS"] * 8 / p["OVERFIT_TRAIN_SEQS"])
+    assert "save_total_limit=1" in res["overfit_sft_config"] and "load_best_model_at_end=True" in res["overfit_sft_config"]
+    assert isinstance(res["best_sample"], str) and res["best_sample"]
+    # exercise 3's solution: 12 bytes per weight for full fine-tuning (bf16 weight and gradient, two fp32 moments)
+    assert res["exercise_3_solution"]["full bytes"] == 12 * res["exercise_3_params"]
 
 
 def test_01_chunked_loss(ran):
