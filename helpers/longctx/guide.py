@@ -104,3 +104,7 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
     if ours is None:
         return f"{guide}; not computed at this size"
     return f"{guide}, ours {ours:,.{places}f}" + (f" ({ours / figure.value:.2f}×)" if ratio else "")
+
+
+# lesson 01/03: the length of the guide's Qwen3-4B profiles, which turns its 96k peaks into a slope per token
+PROFILE_TOKENS = Figure(98304, "the length of the guide's Qwen3-4B memory profiles (tokens)")
