@@ -344,6 +344,9 @@ FAST_CASES = {
     "qwen3-8b-flash-attention-1m": ("qwen3-8b", 1048576, dict(attn_implementation="flash_attention_2")),
     "held-out-dense-llama-3.2-1b": (_llama_3_2_1b, 65536, {}),
     "held-out-moe-qwen3-moe": (_qwen3_moe, 16384, dict(optim="foreach")),
+    "qwen3-0.6b-cp4-offload": ("qwen3-0.6b", 32768, dict(offload=True, cp_size=4)),
+    "deep-cp2-mixed-precision": ("deep", 4096, dict(cp_size=2, mixed_precision=True)),
+    "deep-cp8-tiled-mlp": ("deep", 4096, dict(cp_size=8, tiled_mlp=True)),
 }
 
 
@@ -377,7 +380,6 @@ def test_layers_that_differ_are_traced_whole():
     sliding = Gemma3TextConfig(**sizes, num_hidden_layers=6, head_dim=16, sliding_window=64)  # 5 sliding layers, 1 full
     assert not repeat.identical_layers(sliding) and repeat.identical_layers(_qwen3_moe())
     assert estimate(sliding, 256, attn_implementation="eager").meta["method"] == "traced"
-    assert estimate("qwen3-0.6b", 4096, cp_size=2).meta["method"] == "traced"  # FSDP2: see estimate()
 
 
 def test_explore_redraws_the_estimate_when_a_control_changes():

@@ -136,6 +136,10 @@ def test_07_tiled_mlp(ran):
     assert res["full_peak_tiled_gib"] < res["full_peak_guide_levers_gib"]
     plain, with_tiles = res["full_peaks_gib"]
     assert all(b < a for a, b in zip(plain, with_tiles))
+    # the attention kernel: eager keeps the scores, SDPA does not; checkpointing fewer layers keeps more
+    assert res["attn_peak_mib"]["eager"] > res["attn_peak_mib"]["sdpa"]
+    every = res["every_n_layers_peak_mib"]
+    assert every["1"] <= every["2"] <= every["0"] and every["1"] < every["0"]
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"tiled_mlp_cpu_profile_plain", "tiled_mlp_cpu_profile_tiled", "tiled_mlp_full_scaling"} <= figures
 
@@ -152,6 +156,9 @@ def test_05_trainium_padding(ran):
     assert res["time_order_ok"]  # pad 128 < pad 64 < unpadded, measured in one run
     assert res["generation_compile_ratio"] >= 4  # the static cache needs far fewer compiles
     assert {"SFT", "DPO", "GRPO", "KTO", "RLOO", "Reward", "Distillation"} <= set(res["trainers_with_padding"])
+    # the length-grouped census feeds every row (a few dozen examples are too few for it to group); shapes cost time
+    assert set(res["grouped_tokens"]) == {"None", "128"} and res["grouped_tokens"]["128"] == res["census_tokens"]["128"]
+    assert all(s > 0 for s in res["seconds_per_shape"].values())
 
 
 def test_04_context_parallelism(ran):
@@ -161,6 +168,10 @@ def test_04_context_parallelism(ran):
         assert res["cp"][n]["loss_abs_diff"] <= 1e-5
         assert res["cp"][n]["grad_max_abs_diff"] <= 1e-4
         assert res["cp"][n]["activations_ratio"] <= limit
+    # the full-length config it prints says what scripts/context_parallel_8gpu.yaml says; ZeRO-3 holds least per rank
+    assert res["cp_yaml_agrees"] is True
+    zero = res["zero_gib_per_rank"]
+    assert zero["3"] < zero["2"] < zero["1"]
     if res["sp2"] is None:
         pytest.skip(
             "Ulysses SP not run: DeepSpeed is not installed in this environment (optional extra "
@@ -178,9 +189,13 @@ def test_06_one_million_tokens(ran):
     for key, figure in (("first_peak_gib", guide.QWEN3_8B_1M_CP8), ("second_peak_gib", guide.QWEN3_4B_1M_CP4)):
         assert res[key] == pytest.approx(figure.value, rel=figure.rel), f"{key}: {figure.what}"
     assert res["first_host_gib"] == pytest.approx(36 * 131072 * 4096 * 2 / 2**30, rel=1e-6)  # this rank's inputs
+    assert res["tokens_guide_run"] == guide.STEPS_1M.value * 1048576  # 12 steps of a million tokens: 12.6M
+    assert res["yarn_tokens"] == guide.YARN_STEPS.value * guide.YARN_STEP_TOKENS.value
 
 
 def test_02_yarn(ran):
+    from math import log
+
     res = ran("02_yarn").results["results"]
     # direction of the effect at the ci size: past the trained range plain rises more than YaRN
     plain_rise = res["plain_last"] - res["plain_in_range"]
@@ -199,6 +214,21 @@ def test_02_yarn(ran):
     assert res["beta_fast"] < rope.DEFAULT_BETA_FAST and abs(matched["kept"] - reference["kept"]) <= 1 / 16
     assert res["yarn_cost_in_range"] < res["yarn_cost_in_range_default_betas"]
     assert res["wanted_length"] == res["multiple"] * res["trained_length"]
+    # the recap's gap is the per-token curves' (paired, so it is minus their mean difference)
+    assert res["gap_last"] == pytest.approx(res["plain_last"] - res["yarn_last"]) == pytest.approx(-res["diff_last"])
+    assert res["scan_closest_call"] >= 0
+    # the one-line picture, from Qwen3-4B's own rotary module: the slow pairs see position / factor, the fast ones it
+    position, factor = res["qwen3_position"], res["qwen3_factor"]
+    assert res["qwen3_looks_like_fastest"] == pytest.approx(position)
+    assert res["qwen3_looks_like_slowest"] == pytest.approx(position / factor)
+    assert res["qwen3_pairs_untouched"] > 0 and res["qwen3_pairs_divided"] > 0
+    assert res["qwen3_attention_scaling"] == pytest.approx(0.1 * log(factor) + 1)  # transformers' get_mscale
+    # the Qwen3-4B snippet is read by transformers without a warning; TRL's example is rebuilt by rope.with_yarn
+    rope_parameters = res["qwen3_model_init_kwargs"]["rope_parameters"]
+    assert rope_parameters["original_max_position_embeddings"] == rope.QWEN3_TRAINED_LENGTH
+    assert rope_parameters["factor"] == factor and res["qwen3_rope_warnings"] == [] and res["example_rebuilt"]
+    assert res["distance_only"] and res["ratio_is_pair_scaling"]
+    assert res["exercise_3_passed"]  # the solution the exercise shows passes its own check
 
 
 # executed a second time by the figures test: a measured memory profile and estimates (01), per-token losses

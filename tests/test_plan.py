@@ -144,3 +144,14 @@ def test_plan_takes_the_attention_of_its_one_gpu_steps():
     # eager keeps every (seq × seq) score matrix; the CP steps run SDPA whatever was asked
     assert eager["steps"][0]["per_gpu_peak_gib"] > sdpa["steps"][0]["per_gpu_peak_gib"]
     assert eager["steps"][-1]["per_gpu_peak_gib"] == sdpa["steps"][-1]["per_gpu_peak_gib"]
+
+
+def test_plan_puts_the_tiled_mlp_after_offload_and_under_every_cp_step():
+    from longctx.memory.plan import plan
+
+    result = plan("deep", 8192, gpus=2, gpu_memory_gib=24, tiled_mlp=True, progress=False)
+    levers = [step["levers"] for step in result["steps"]]
+    assert levers[4] == ["chunked loss", "checkpointing", "offload", "tiled MLP"]
+    assert levers[5] == levers[4] + ["context parallel ×2"] and result["tiled_mlp"]
+    offload, tiled = (result["steps"][i]["per_gpu_peak_gib"] for i in (3, 4))
+    assert tiled <= offload  # the tiled MLP never adds to the peak

@@ -3,17 +3,12 @@ import pytest
 import torch
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from longctx import LongctxError, models
+from longctx import LongctxError, guide, models
 from longctx.levers import rope
 
 
 def test_yarn_parameters_use_transformers_keys():
-    assert rope.yarn_parameters(32768, 1048576, 1e6) == {
-        "rope_type": "yarn",
-        "rope_theta": 1e6,
-        "factor": 32.0,
-        "original_max_position_embeddings": 32768,
-    }
+    assert rope.yarn_parameters(32768, 1048576, 1e6) == guide.EXAMPLE_ROPE_PARAMETERS  # TRL's example, key for key
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,9 @@ def test_the_site_has_every_lesson_its_run_and_no_broken_link(ci_runs, tmp_path,
     out = site.build("ci", tmp_path / "site", runs=ci_runs, progress=False)
     assert site.broken_links(out) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["site"]
     assert (out / "GLOSSARY.html").is_file()
+    calculator = (out / "calculator" / "index.html").read_text()  # the page, its script and its data beside it
+    assert '<script src="estimates.js">' in calculator and (out / "calculator" / "estimates.js").is_file()
+    assert 'href="calculator/index.html"' in (out / "index.html").read_text()
     for i, name in enumerate(harness.notebooks()):
         page = (out / "lessons" / f"{name}.html").read_text()
         results = json.loads((ci_runs[name].parent / "results.json").read_text())

@@ -106,5 +106,20 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
     return f"{guide}, ours {ours:,.{places}f}" + (f" ({ours / figure.value:.2f}×)" if ratio else "")
 
 
+# lesson 02: TRL's example sft_qwen3_8b_1m_context, its YaRN override (model_init_kwargs["rope_parameters"]; Qwen3's
+# 32,768 trained positions) and its comment on where the loss starts without it
+EXAMPLE_ROPE_PARAMETERS = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 32.0, "original_max_position_embeddings": 32768}
+FIRST_LOSS_1M_PLAIN = Figure(10.6, "Qwen3-8B, 1,048,576 tokens without RoPE scaling: first loss (nats)", source="TRL's example")
+
+# lesson 04/05/06: the million-token run's time (the guide's progress bar: step 1/12 at 380.10 s/it); Trainium's compile
+# cost per shape (TRL v1.16.0 release notes) and the guide's instance (one Trainium2 chip: 8 NeuronCores, LNC=2 pairs them)
+STEP_SECONDS_1M = Figure(380, "Qwen3-8B, 1,048,576 tokens, CP over 8 H100s: seconds per step")
+STEPS_1M = Figure(12, "the example's optimizer steps, one million-token sequence each")
+NEURON_SECONDS_PER_SHAPE = Figure(60, "Neuron: compile time per new input shape, 'about a minute' (s)", source="TRL v1.16.0")
+TRAINIUM_INSTANCE, TRN2_CORES, TRN2_LNC = "trn2.3xlarge", Figure(8, "NeuronCores per chip"), Figure(2, "cores per logical core")
+# YaRN (Peng et al. 2023, arXiv:2309.00071, section 4): Llama 2 extended 16x, fine-tuned on PG19 cut into 64k-token pieces
+YARN_STEPS = Figure(400, "YaRN's s=16 Llama 2 fine-tune: optimizer steps", source="YaRN")
+YARN_STEP_TOKENS = Figure(64 * 65536, "... tokens per step: a global batch of 64 sequences of 64k", source="YaRN")
+
 # lesson 01/03: the length of the guide's Qwen3-4B profiles, which turns its 96k peaks into a slope per token
 PROFILE_TOKENS = Figure(98304, "the length of the guide's Qwen3-4B memory profiles (tokens)")

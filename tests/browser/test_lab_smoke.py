@@ -111,3 +111,32 @@ def test_notebook_runs_top_to_bottom_in_jupyterlab(lab):
     assert all(c.execution_count for c in code), "some code cells did not run"
     results = list((tmp / "build").glob("*/interactive/results.json"))
     assert results and json.loads(results[0].read_text())["results"]
+
+
+def test_the_explore_widget_redraws_when_a_control_changes(lab):
+    """`longctx.explore()` in a notebook: ticking "offload" redraws the figure with the new estimate's title."""
+    from playwright.sync_api import sync_playwright
+
+    url, token, root, tmp = lab
+    cell = 'from longctx.memory.explore import explore\n\nexplore("deep", 4096, models=())'
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), root / "explore.ipynb")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/lab/tree/explore.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        page.click(".jp-Notebook .jp-Cell >> nth=0")
+        page.keyboard.press("Shift+Enter")
+        first = page.locator(".widget-output img").first
+        first.wait_for(timeout=300_000)  # the first estimate drawn
+        before = first.get_attribute("src")
+        page.get_by_role("checkbox", name="offload").check()
+        page.wait_for_function(
+            "src => { const i = document.querySelector('.widget-output img'); return i && i.src !== src; }",
+            arg=before,
+            timeout=300_000,
+        )
+        shots = Path(os.environ.get("LAB_SMOKE_SHOTS") or tmp)
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / "explore-widget.png"))
+        browser.close()

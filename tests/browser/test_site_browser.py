@@ -55,3 +55,31 @@ def test_every_page_renders_its_figures_and_no_traceback(site_folder, tmp_path):
         browser.close()
     assert not problems, "\n".join(problems)
     assert figures > len(pages)  # the lessons' figures are there, not only the theme's logo
+
+
+def test_the_calculator_page_shows_the_estimate_of_the_chosen_settings(site_folder):
+    """Pick a model, a length, a plan step and a card as a reader would; the page shows that point of its data file."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    text = (site_folder / "calculator" / "estimates.js").read_text()
+    data = json.loads(text[text.index("=") + 1 :].strip().rstrip(";"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((site_folder / "calculator" / "index.html").as_uri())
+        shown = {}
+        for model, length, step, card in (("qwen3-8b", 1048576, 6, "H100-80GB"), ("qwen3-0.6b", 4096, 0, "A100-40GB")):
+            page.select_option("#calc-model", model)
+            page.select_option("#calc-length", str(length))
+            page.select_option("#calc-step", str(step))
+            page.select_option("#calc-card", card)
+            verdict = page.locator("#calc-verdict")
+            shown[model] = (float(verdict.get_attribute("data-peak")), verdict.get_attribute("data-fits"), verdict.inner_text())
+            expected = data["estimates"][model][step][data["lengths"].index(length)]
+            assert shown[model][0] == expected["peak_gib"]
+            assert shown[model][1] == str(expected["peak_gib"] <= data["cards"][card]).lower()
+            assert f"{expected['peak_gib']:.2f} GiB per GPU" in shown[model][2]
+        assert page.locator("#calc-breakdown tbody tr").count() > 0
+        browser.close()

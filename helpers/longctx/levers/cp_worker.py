@@ -34,7 +34,7 @@ def sft_call(spec: dict, world: int):
     if spec["mode"] == "cp":
         extra.update(
             parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
-            fsdp="full_shard",
+            fsdp=True,  # transformers 5.24 deprecates the strategy string ("full_shard" is reshard_after_forward=True)
             fsdp_config={"fsdp_version": 2, "reshard_after_forward": True},
         )
     elif spec["mode"] == "sp":
@@ -51,6 +51,7 @@ def sft_call(spec: dict, world: int):
         max_steps=1,
         seed=spec["seed"],
         gradient_checkpointing=spec["checkpointing"],
+        offload=spec.get("offload", False),  # set only in the full-length config lesson 04 prints
         max_length=spec["seq_len"],
         bf16=spec["device"] == "cuda",
         for_device=spec["device"],

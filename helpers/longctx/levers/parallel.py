@@ -50,12 +50,6 @@ class ParallelRun:
 
         return torch.load(self.out / "grads.pt", map_location="cpu")  # never onto the notebook's GPU
 
-    def sft_call(self):
-        """The SFTConfig every rank of this run built, as a recipe.Call (what lesson 04 prints)."""
-        from longctx.levers.cp_worker import sft_call
-
-        return sft_call(json.loads((self.out / "spec.json").read_text()), self.nprocs)
-
 
 def launch(mode, nprocs, *, model, seq_len, out, seed=0, checkpointing=False, timeout=1800, progress=True, dtype="fp32"):
     """A ParallelRun: one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs`

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from longctx import guide
 from longctx.errors import LongctxError, check_positive_int
 
 DEFAULT_BETA_FAST, DEFAULT_BETA_SLOW = 32.0, 1.0  # transformers 5.24's YaRN defaults (the YaRN paper's)
-# Qwen3's native context, from its model cards (32,768 natively, longer with YaRN); the configs' own
-# max_position_embeddings says 40,960, room for an answer after a long prompt, not the trained length
-QWEN3_TRAINED_LENGTH = 32768
+# Qwen3's native context, as its model cards and TRL's example say (32,768 natively, longer with YaRN); the configs'
+# own max_position_embeddings says 40,960, room for an answer after a long prompt, not the trained length
+QWEN3_TRAINED_LENGTH = guide.EXAMPLE_ROPE_PARAMETERS["original_max_position_embeddings"]
 
 
 def rope_theta(cfg) -> float:

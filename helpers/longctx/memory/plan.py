@@ -1,7 +1,8 @@
 """`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak.
 
 The levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward
-pass), activation offload (host traffic), then context parallelism over 2, 4, ... GPUs (more GPUs).
+pass), activation offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then
+context parallelism over 2, 4, ... GPUs (more GPUs).
 The first step that fits is the cheapest combination. Every step is a fake-tensor estimate
 (`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers.
 """
@@ -40,6 +41,22 @@ def _estimate(args):
     return profile.peak_gib, profile.meta["wall_seconds"]
 
 
+def ladder(gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tiled_mlp=False, exact=False) -> list:
+    """The plan's steps, cheapest first: (the levers on, `estimate`'s keyword arguments), one step per added lever."""
+    one_gpu = dict(attn_implementation=attn_implementation, exact=exact)
+    offload = dict(one_gpu, loss="chunked", checkpointing=True, offload=True)
+    steps = [
+        (["plain loss"], dict(one_gpu, loss="plain", checkpointing=False)),
+        (["chunked loss"], dict(one_gpu, loss="chunked", checkpointing=False)),
+        (["chunked loss", "checkpointing"], dict(one_gpu, loss="chunked", checkpointing=True)),
+        (["chunked loss", "checkpointing", "offload"], offload),
+    ]
+    if tiled_mlp:
+        steps.append((steps[3][0] + ["tiled MLP"], dict(offload, tiled_mlp=True)))
+    cp = dict(steps[-1][1], attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
+    return steps + [(steps[-1][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
+
+
 def plan(
     model,
     seq_len: int,
@@ -48,6 +65,7 @@ def plan(
     gpu_memory_gib: float,
     mixed_precision: bool = False,
     attn_implementation: str = "sdpa",
+    tiled_mlp: bool = False,
     exact: bool = False,
     workers: int = 2,
     progress: bool = True,
@@ -57,16 +75,9 @@ def plan(
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
     `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only)."""
     gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation)
-    one_gpu = dict(exact=exact, attn_implementation=attn_implementation)
-    offload = dict(one_gpu, loss="chunked", checkpointing=True, offload=True)
-    steps = [
-        (["plain loss"], dict(one_gpu, loss="plain", checkpointing=False)),
-        (["chunked loss"], dict(one_gpu, loss="chunked", checkpointing=False)),
-        (["chunked loss", "checkpointing"], dict(one_gpu, loss="chunked", checkpointing=True)),
-        (["chunked loss", "checkpointing", "offload"], offload),
-    ]
-    cp = dict(offload, attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
-    steps += [(steps[3][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
+    steps = ladder(
+        gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, exact=exact
+    )
     bar = tqdm(total=len(steps), desc="plan: estimates", disable=not progress)
     results = children.pool_map(_estimate, [(model, seq_len, kw) for _, kw in steps], workers, bar)
     rows = [
@@ -80,6 +91,7 @@ def plan(
         "gpu_memory_gib": gib,
         "mixed_precision": mixed_precision,
         "attn_implementation": attn_implementation,
+        "tiled_mlp": tiled_mlp,
         "steps": rows,
         "cheapest": next((r for r in rows if r["fits"]), None),
         "not_counted": cards.unmodelled(gpus),
@@ -111,5 +123,11 @@ def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
 def short_label(levers: list[str]) -> str:
     """'chunked loss + checkpointing + offload + context parallel ×8' → '+CP×8' (the lever a step adds)."""
     last = levers[-1]
-    short = {"plain loss": "naive", "chunked loss": "chunked", "checkpointing": "+ckpt", "offload": "+offload"}
+    short = {
+        "plain loss": "naive",
+        "chunked loss": "chunked",
+        "checkpointing": "+ckpt",
+        "offload": "+offload",
+        "tiled MLP": "+tiled",
+    }
     return short.get(last, "+CP" + last.split()[-1] if last.startswith("context parallel") else last)

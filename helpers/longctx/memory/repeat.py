@@ -2,7 +2,8 @@
 identical layers run the same operators on the same shapes: each pass is the stretch before the layers, one stretch per
 layer, the stretch after; every row is affine in the depth (one more layer's weights, gradients, state, saved input) and,
 in a middle layer's stretch, in its index. The 4-layer trace gives one index step, the 3-layer one a depth step; the first
-and last layers are kept as traced; the optimizer's stretch gains one repeated block per layer. Anything else raises
+and last layers are kept as traced; the optimizer's stretch (and under CP, FSDP2's setup before the layers) gains one
+repeated block per layer. Anything else raises
 NotRepeating and the caller traces every layer (tests/test_estimate.py holds the extension to the full trace)."""
 
 from __future__ import annotations
@@ -41,8 +42,13 @@ def shrunk(cfg, layers: int):
 
 
 def _stretches(trace: dict) -> list[tuple[int, str, int, int]]:
-    """(layer or -1, phase, first row, end row) of each run of rows with the same layer and phase."""
+    """(layer or -1, phase, first row, end row) of each run of rows with the same layer and phase. Rows between two
+    layers of one pass (FSDP2's hooks under CP) belong to the layer before them."""
     runs = [(key, len(list(run))) for key, run in itertools.groupby(zip(trace["layers"], trace["phases"]))]
+    for i in range(len(runs) - 2, 0, -1):
+        (before, phase), ((this, ph), size), (after, ph_after) = runs[i - 1][0], runs[i], runs[i + 1][0]
+        if this < 0 <= min(before, after) and phase == ph == ph_after:
+            runs[i - 1 : i + 1] = [((before, phase), runs[i - 1][1] + size)]
     ends = np.cumsum([size for _, size in runs])
     return [(layer, phase, int(end - size), int(end)) for ((layer, phase), size), end in zip(runs, ends)]
 

@@ -138,7 +138,7 @@ def _cmd_estimate(args) -> None:
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
-    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact")  # named alike
+    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact", "tiled_mlp")  # alike
     kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
     step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
     profile = step(attn_implementation=args.attn)
@@ -151,7 +151,8 @@ def _cmd_estimate(args) -> None:
     per = f", per rank of {args.cp_size} (CP)" if args.cp_size > 1 else ""
     print(
         f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
-        f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
+        f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}"
+        f"{', tiled MLP' if args.tiled_mlp else ''}): "
         f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
         f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
         f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
@@ -175,6 +176,7 @@ def _cmd_plan(args) -> None:
 
     gib, how = cards.capacity(args.gpu)
     kwargs = dict(gpus=args.gpus, gpu_memory_gib=gib, mixed_precision=args.mixed_precision, attn_implementation=args.attn)
+    kwargs["tiled_mlp"] = args.tiled_mlp
     result = plan(args.model, parse_length(args.seq_len), progress=True, exact=args.exact, **kwargs)  # progress: stderr
     result["capacity"] = how
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
@@ -200,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
     mixed = _flag("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2; needs --cp-size > 1)")
     attn = _flag("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
+    attn.add_argument("--tiled-mlp", action="store_true", help="ALST's TiledMLP on every layer (plan: a step after offload)")
 
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="with an error, also print where it was raised")

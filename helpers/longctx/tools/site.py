@@ -19,6 +19,7 @@ from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
+CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
 
 def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, figures=None, progress=True) -> Path:
@@ -108,15 +109,18 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
             f"writes them into build/figures/{size}/; build the site again afterwards.\n"
         )
     shutil.copyfile(REPO / GLOSSARY, docs / GLOSSARY)
+    shutil.copytree(CALCULATOR, docs / "calculator")
     status = "\n".join(f"| [{name}]({pages[name]}) | {'' if name in runs else 'not '}executed at `{size}` |" for name in names)
     (docs / "index.md").write_text(
         f'!!! note "This site"\n    The lessons as they last ran at the `{size}` size, built by '
         f"`longctx site --size {size}` from the executed notebooks; nothing was run to build it.\n\n"
         f"| lesson | on this site |\n| --- | --- |\n{status}\n\n"
-        "The guide's figures: [gallery](figures/index.md).\n\n---\n\n" + (REPO / "README.md").read_text()
+        "The guide's figures: [gallery](figures/index.md). Peak memory per GPU for the presets: "
+        "[calculator](calculator/index.md).\n\n---\n\n" + (REPO / "README.md").read_text()
     )
     lessons = [{name: pages[name]} for name in names]
-    return [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": "figures/index.md"}, {"Glossary": GLOSSARY}]
+    nav = [{"Home": "index.md"}, {"Lessons": lessons}, {"Figures": "figures/index.md"}]
+    return nav + [{"Calculator": "calculator/index.md"}, {"Glossary": GLOSSARY}]
 
 
 def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -> None:
