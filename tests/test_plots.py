@@ -59,3 +59,28 @@ def test_a_figure_named_after_a_hub_id_or_a_path_is_one_file_in_its_folder(tmp_p
     plt.close(fig)
     assert [p.name for p in paths] == ["one_million_rank_Qwen_Qwen3-8B_cp8.png", "one_million_rank_Qwen_Qwen3-8B_cp8.svg"]
     assert all(p.parent == tmp_path and p.is_file() for p in paths)
+
+
+def test_a_timeline_names_its_bands_for_what_they_count_and_its_capacity_in_its_unit():
+    """The band counter counts every sequence × hidden activation, not only checkpointed layer inputs; a card's
+    capacity is a driver total such as 79.6475 GiB, shown to two places with its unit."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from longctx import plots
+    from longctx.memory.profile import MemoryProfile
+    from longctx.units import CATEGORIES, GIB
+
+    timeline = np.zeros((4, len(CATEGORIES)), dtype=np.int64)
+    timeline[:, CATEGORIES.index("activations")] = [1, 3, 2, 0]
+    timeline *= GIB
+    profile = MemoryProfile(
+        "cpu", "test", timeline, ["forward", "forward", "backward", "optimizer"], 3 * GIB, "forward", {},
+        band_bytes=GIB, bands=np.array([1, 3, 2, 0]),
+    )  # fmt: skip
+    ax = plots.profile_timeline(profile, capacity=79.6475)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(ax.figure)
+    assert "sequence × hidden activations (up to 3 at once)" in labels
+    assert "device capacity 79.65 GiB" in labels
+    assert not any("layer inputs" in label for label in labels)

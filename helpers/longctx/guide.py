@@ -120,3 +120,6 @@ TRAINIUM_INSTANCE, TRN2_CORES, TRN2_LNC = "trn2.3xlarge", Figure(8, "NeuronCores
 # YaRN (Peng et al. 2023, arXiv:2309.00071, section 4): Llama 2 extended 16x, fine-tuned on PG19 cut into 64k-token pieces
 YARN_STEPS = Figure(400, "YaRN's s=16 Llama 2 fine-tune: optimizer steps", source="YaRN")
 YARN_STEP_TOKENS = Figure(64 * 65536, "... tokens per step: a global batch of 64 sequences of 64k", source="YaRN")
+
+# lesson 01/03: the length of the guide's Qwen3-4B profiles, which turns its 96k peaks into a slope per token
+PROFILE_TOKENS = Figure(98304, "the length of the guide's Qwen3-4B memory profiles (tokens)")

@@ -120,13 +120,15 @@ def category_bars(rows: dict[str, dict[str, int]], ax=None):
 @styled
 def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None, capacity: float | None = None):
     """A step's live memory over time as stacked categories, phases shaded, the peak marked. Where the profile
-    counts decoder layers' saved inputs (`bands`), each is drawn as its own thin band inside the activations, as in
-    the guide's figures: they stack up through the forward pass and drain through the backward pass."""
+    counts activations of one layer input's size (`bands`: the checkpointed layer inputs and every other sequence ×
+    hidden tensor, which the counter cannot tell apart), each is drawn as its own thin band inside the activations, as
+    in the guide's figures: they stack up through the forward pass and drain through the backward pass."""
     totals = profile.timeline.sum(axis=1)
     edges = np.linspace(0, len(totals), min(len(totals), 3000) + 1).astype(int)  # thinned, each bin's highest row kept
     t = np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a], dtype=int)
     timeline, bands = profile.timeline[t], profile.bands[t] if profile.bands is not None else None
     bottom, fill = np.zeros(len(t)), functools.partial(ax.fill_between, t, lw=0, step="post")
+    unit_name = {GIB: "GiB", MIB: "MiB"}.get(unit, "bytes")
     has_bands = bands is not None and profile.band_bytes and bands.any()
     for i, cat in enumerate(CATEGORIES):
         values, label, color = timeline[:, i].astype(float) / unit, cat, COLORS[cat]
@@ -136,7 +138,7 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
             band = profile.band_bytes / unit
             for k in range(int(bands.max())):
                 height = np.where(bands > k, band, 0.0)
-                first = f"saved layer inputs (max {int(bands.max())})" if k == 0 else None
+                first = f"sequence × hidden activations (up to {int(bands.max())} at once)" if k == 0 else None
                 fill(bottom, bottom + height, color=color, alpha=0.55 if k % 2 else 0.85, label=first)
                 bottom = bottom + height
             values, label, color = np.clip(values - bands * band, 0, None), "other activations", "#E8A0A0"
@@ -150,12 +152,12 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
     peak = int(totals.argmax())
     ax.axvline(peak, color="k", ls=":", lw=1)
     top = profile.peak_bytes / unit
-    ax.annotate(f"peak {top:.2f}", (peak, top), fontsize=8, xytext=(4, -10), textcoords="offset points")
+    ax.annotate(f"peak {top:.2f} {unit_name}", (peak, top), fontsize=8, xytext=(4, -10), textcoords="offset points")
     if capacity:
-        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:g}")
+        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:.2f} {unit_name}")
     xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"
-    ax.set(xlim=(0, len(totals) - 1), xlabel=xlabel, ylabel={GIB: "GiB", MIB: "MiB"}.get(unit, "bytes"), title=title)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.set(xlim=(0, len(totals) - 1), xlabel=xlabel, ylabel=unit_name, title=title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)  # beside the axes: the capacity line stays clear
 
 
 @styled
@@ -165,7 +167,7 @@ def peak_vs_length(series: dict[str, tuple[list[int], list[float]]], ax=None, ca
     for name, (lengths, peaks) in series.items():
         ax.plot(lengths, peaks, "o-", ms=3, label=name, color=COLORS.get(name.split()[0]))
     if capacity:
-        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{capacity:g} {unit_label} card")
+        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{capacity:.2f} {unit_label} card")
     for name, length in (guide or {}).items():
         ax.axvline(length, color="grey", lw=0.8, ls=":")
         ax.annotate(name, (length, ax.get_ylim()[1]), rotation=90, va="top", ha="right", fontsize=7)
