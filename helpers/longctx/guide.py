@@ -23,7 +23,7 @@ class Figure:
     source: str = "guide"  # who published it (ALST's paper, for the figures past the guide)
 
 
-QWEN3_4B_FIXED = Figure(22, "Qwen3-4B: weights, gradients and AdamW state in bf16 (GB)", 0.05, "arithmetic; the guide rounds it")
+QWEN3_4B_FIXED = Figure(22, "Qwen3-4B: weights and AdamW state in bf16 (GB)", 0.05, "arithmetic; the guide rounds it")
 QWEN3_4B_96K = Figure(59.9, "Qwen3-4B, 98,304 tokens, chunked loss + checkpointing, one GPU: peak (GB)", 0.05, _TRACED)
 QWEN3_4B_96K_OFFLOAD = Figure(48.8, "the same step with the checkpointed layer inputs offloaded (GB)", 0.05, _TRACED)
 QWEN3_4B_96K_BANDS = Figure(38, "bands of one saved 98,304 × 2560 input in that step's profile (36 layers + 2)")
