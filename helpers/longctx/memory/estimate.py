@@ -30,27 +30,19 @@ DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, c
 # "fused"; `optim="adamw_torch"` lets torch pick, which is "foreach" on CUDA tensors and "for-loop" on CPU ones.
 OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
 ATTENTIONS = ("sdpa", "flash_attention_2", "eager")  # transformers' attn_implementation values modelled here
-_SIZE = {"type": "integer", "minimum": 1}
-# The sizes a config must give, checked by jsonschema where they are numbers (some families give lists). The caps are
-# 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a config
-# is a typo, and its trace would run for many minutes.
-CONFIG_SCHEMA = {
-    "properties": {
-        "num_hidden_layers": {**_SIZE, "maximum": 1024},
-        "hidden_size": {**_SIZE, "maximum": 2**17},
-        "intermediate_size": {**_SIZE, "maximum": 2**19},
-        "vocab_size": {**_SIZE, "maximum": 2**21},
-        **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size"), _SIZE),
-        "sliding_window": {"anyOf": [_SIZE, {"type": "null"}]},
-    }
-}
+# The sizes a config must give as positive whole numbers where they are numbers (some families give lists), with caps
+# at 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a
+# config is a typo, and its trace would run for many minutes. (Checked by hand: importing jsonschema can cost seconds.)
+CONFIG_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 2**17, "intermediate_size": 2**19, "vocab_size": 2**21}
+CONFIG_LIMITS |= dict.fromkeys(
+    ("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size", "sliding_window")
+)
 
 
 def check_model(cfg) -> None:
     """Refuse, before building anything, a config the estimate cannot stand for: not a decoder-only language model
-    (an encoder such as BERT, an encoder-decoder such as T5), sizes outside CONFIG_SCHEMA, experts or heads that
+    (an encoder such as BERT, an encoder-decoder such as T5), sizes outside CONFIG_LIMITS, experts or heads that
     do not divide."""
-    from jsonschema import Draft202012Validator
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     kind = getattr(cfg, "model_type", "")
@@ -61,13 +53,13 @@ def check_model(cfg) -> None:
             "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains."
         )
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    sizes = {k: getattr(text, k, None) for k in CONFIG_SCHEMA["properties"]}
-    sizes = {k: v for k, v in sizes.items() if v is None and k == "sliding_window" or isinstance(v, (int, float))}
-    for error in Draft202012Validator(CONFIG_SCHEMA).iter_errors(sizes):
-        name = error.path[0]
-        limit = error.schema.get("maximum", 0)
-        why = f"over the {limit:,} the estimator takes" if limit and sizes[name] > limit else "not a positive whole number"
-        raise LongctxError(f"The config's {name} is {sizes[name]:,}: {why}; fix config.json.")
+    for name, limit in CONFIG_LIMITS.items():
+        value = getattr(text, name, None)
+        if not isinstance(value, (int, float)):  # absent, None, or a per-layer list
+            continue
+        if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
+            why = f"over the {limit:,} the estimator takes" if limit and value > limit else "not a positive whole number"
+            raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
     experts = next((v for n in ("num_experts", "num_local_experts") if isinstance(v := getattr(text, n, None), int)), None)
     per_token = getattr(text, "num_experts_per_tok", None)
     if experts is not None and experts < 1 and (experts < 0 or "moe" in text.model_type or per_token):
