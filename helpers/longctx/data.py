@@ -48,7 +48,7 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _json_object(path: Path) -> dict | None:
+def json_object(path: Path) -> dict | None:
     """A JSON object read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
     with contextlib.suppress(OSError, ValueError):
         value = json.loads(path.read_text()) if path.is_file() else None
@@ -58,7 +58,7 @@ def _json_object(path: Path) -> dict | None:
 def _manifest() -> dict:
     """data/manifest.json: the SHA-256 of every file `longctx data` wrote, by path under data/ ({} before the first)."""
     path = data_dir() / "manifest.json"
-    if (manifest := _json_object(path) if path.exists() else {}) is None:
+    if (manifest := json_object(path) if path.exists() else {}) is None:
         raise LongctxError(f"{path} is damaged (not a JSON object); remove it and run `longctx data --force`.")
     return manifest
 
@@ -113,7 +113,7 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
         problems += _check(manifest, known=built)
     base = data_dir() / "yarn-base"
     if base.is_dir():  # the repository ships it; notebook 02 names what is missing
-        sums = _json_object(base / CHECKSUMS)
+        sums = json_object(base / CHECKSUMS)
         listed = {f"yarn-base/{name}": digest for name, digest in (sums or {}).items()}
         found = _check(listed, known=[f"yarn-base/{CHECKSUMS}"]) if sums else [f"yarn-base/{CHECKSUMS}: missing or damaged"]
         problems += [f"{p} (restore it with `git checkout data/yarn-base`)" for p in found]
@@ -261,12 +261,10 @@ def long_sequences(
 def varied_sequences(
     n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, vocab_size: int = VOCAB_SIZE, tokenizer=None
 ):
-    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches come in many
-    shapes, as real fine-tuning data does (the padding lesson). `tokenizer`: the model's own (None: the corpus BPE)."""
-    if not 0 < check_positive_int("min_len", min_len) <= check_positive_int("max_len", max_len):
-        raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
+    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len] (lesson 05's schema bounds them): batches
+    in many shapes, as real fine-tuning data has. `tokenizer`: the model's own (None: the corpus BPE)."""
     stream, rng = _stream(CORPUS, split, tokenizer, vocab_size), np.random.default_rng(seed)
-    lengths = rng.integers(min_len, max_len + 1, size=check_positive_int("n", n))
+    lengths = rng.integers(min_len, max_len + 1, size=n)
     return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
 
 

@@ -14,10 +14,12 @@ from collections import namedtuple
 from pathlib import Path
 from unittest import mock
 
+import nbformat
 import yaml
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
+from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
 from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
 from longctx.run import needs, schema
@@ -95,8 +97,6 @@ def _size_file(notebook: Path, size: str) -> dict:
 
 def declared_parameters(notebook: Path) -> dict:
     """The names and default values of the notebook's `parameters` cell."""
-    import nbformat
-
     try:
         nb = nbformat.read(notebook, as_version=4)
         nbformat.validate(nb)
@@ -189,8 +189,6 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         if isinstance(values.get(key), str):
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if notebook.stem == "02_yarn" and merged.get("MODEL") == "base":  # the committed base model
-        from longctx.levers.base_model import manifest
-
         manifest()
 
 
@@ -208,7 +206,6 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
 
 def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Path | None = None, progress=True) -> RunResult:
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/)."""
-    import nbformat
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
 
