@@ -125,14 +125,9 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
 
 
-def has_weights(spec: str) -> bool:
-    """Whether `spec` can be loaded with weights: a preset (random, seeded) or a hub id always; a local path
-    only when it is a model folder holding weight files (a config.json alone describes a model, for estimates)."""
-    if spec in PRESETS:
-        return True
-    path = user_path(spec, "The model")
-    if not path.exists():
-        return bool(HUB_ID.match(spec))
+def has_weights(path: Path) -> bool:
+    """Whether a local model can be loaded with weights: a folder holding weight files (a config.json alone describes
+    a model, for estimates; a preset's weights are random, a hub id's come with it)."""
     return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
 
 
