@@ -92,7 +92,6 @@ def register_cpu_ring_attention() -> None:
         outs = ring(mesh.get_group(), 2, op_call, **dict(zip(names, args)), **more, **kwargs)
         return tuple(DTensor.from_local(t, mesh, placements, run_check=False) if isinstance(t, torch.Tensor) else t for t in outs)
 
-    handler.__qualname__ = "register_cpu_ring_attention.handler"
     cp.custom_ops[fwd] = cp.custom_ops[bwd] = handler
 
 

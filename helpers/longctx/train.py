@@ -12,8 +12,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+import torch
+
 from longctx import device, quiet
 from longctx.errors import LongctxError, check_choice, check_positive_int
+from longctx.offload import HostPool, check_offload
 from longctx.recipe import Call
 
 LOSSES = ("chunked", "plain")
@@ -50,8 +53,6 @@ class TrainConfig:
     for_device: str | None = None  # the device the config is for ("cuda", "cpu"); None: this machine's
 
     def __post_init__(self) -> None:
-        from longctx.offload import check_offload
-
         check_choice("loss", self.loss, LOSSES)
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
             check_positive_int(name, getattr(self, name))
@@ -88,8 +89,6 @@ class TrainConfig:
 
 
 def _cuda_bf16() -> bool:
-    import torch
-
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
@@ -136,8 +135,6 @@ def host_pool(trainer):
 def _host_pool_callback():
     from transformers import TrainerCallback
 
-    from longctx.offload import HostPool
-
     class HostPoolOffload(TrainerCallback):
         """Trainer.train() enables checkpointing just before on_train_begin; swap in the pool's hooks then."""
 
@@ -160,7 +157,6 @@ def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs)
 
 def _step_timer():
     """A callback that times each optimizer step alone (waiting for the GPU to finish its work)."""
-    import torch
     from transformers import TrainerCallback
 
     def now():

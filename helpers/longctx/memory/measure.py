@@ -1,10 +1,8 @@
-"""Measure the memory of one real training step with torch's own tracker.
-
-`torch.distributed._tools.mem_tracker.MemTracker` files every tensor storage created inside its context under
-parameter, buffer, gradient, activation, temporary or optimizer state. We add a timeline (the live bytes per category
-after each operator, with the step's phase) and a census of the activations alive when the forward pass ends. The
-estimator runs the same tracker under FakeTensorMode, so measured and estimated profiles are built by the same code.
-"""
+"""Measure the memory of one real training step with torch's own tracker: `torch.distributed._tools.mem_tracker.
+MemTracker` files every tensor storage created inside its context under parameter, buffer, gradient, activation,
+temporary or optimizer state. We add a timeline (the live bytes per category after each operator, with the step's phase)
+and a census of the activations alive when the forward pass ends. The estimator runs the same tracker under
+FakeTensorMode, so measured and estimated profiles are built by the same code."""
 
 from __future__ import annotations
 
@@ -42,11 +40,10 @@ def tensor_device(spec) -> torch.device:
 
 
 class TimelineTracker(FrozenParamsMemTracker):
-    """MemTracker that keeps the live bytes per category on `device` after every operator, the bytes on
-    `host` (offloaded tensors, plus `host_counter()`: a CPU HostPool), and the sizes of the activations alive at the
-    end of the forward pass. It skips MemTracker's per-module peak bookkeeping (a scan of every module after every
-    operator): we read the whole-step timeline instead, which makes a 36-layer fake step minutes faster.
-    """
+    """MemTracker that keeps the live bytes per category on `device` after every operator, the bytes on `host`
+    (offloaded tensors, plus `host_counter()`: a CPU HostPool), and the sizes of the activations alive at the end of the
+    forward pass. It skips MemTracker's per-module peak bookkeeping (a scan of every module after every operator): we
+    read the whole-step timeline instead, which makes a 36-layer fake step minutes faster."""
 
     def __init__(self, device="cpu", host=None, band_bytes: int = 0, host_counter: Callable[[], int] | None = None) -> None:
         super().__init__()
