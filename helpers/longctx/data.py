@@ -5,7 +5,6 @@ code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of p
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
-from longctx.files import atomic
+from longctx.files import atomic, json_object
 from longctx.models import HUB_ID, PRESETS, from_pretrained
 from longctx.paths import data_dir, user_path
 
@@ -46,13 +45,6 @@ Book = namedtuple("Book", "name text")
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def json_object(path: Path) -> dict | None:
-    """A JSON object read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
-    with contextlib.suppress(OSError, ValueError):
-        value = json.loads(path.read_text()) if path.is_file() else None
-        return value if isinstance(value, dict) else None
 
 
 def _manifest() -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from longctx import device
 from longctx.errors import LongctxError, check_choice
+from longctx.files import json_object
 from longctx.paths import user_path
 
 
@@ -148,11 +149,7 @@ def refuse_custom_code(source) -> None:
     """Refuse a local model whose config.json or tokenizer_config.json names classes in its own files."""
     folder = Path(source).parent if Path(source).is_file() else Path(source)
     for name in ("config.json", "tokenizer_config.json"):
-        try:
-            mapped = (folder / name).is_file() and "auto_map" in json.loads((folder / name).read_text())
-        except (OSError, UnicodeDecodeError, ValueError, TypeError):
-            mapped = False  # not ours to judge: transformers' own reading names what is wrong
-        if mapped:
+        if "auto_map" in (json_object(folder / name) or {}):  # (a damaged file is transformers' to name)
             _refuse_custom_code(source, f"its {name} maps classes to the folder's own files (auto_map)")
 
 

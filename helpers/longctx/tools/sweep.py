@@ -77,10 +77,8 @@ class Sweep:
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
         if (count := math.prod(len(v) for v in self.grid.values())) > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
-        self._base, self._defaults = (
-            harness.size_params(path, self.size),
-            harness.declared_parameters(path),
-        )  # an unknown size refused
+        self._base = harness.size_params(path, self.size)  # an unknown size refused
+        self._defaults = harness.declared_parameters(path)
         for point in self.points():  # every point's names, types and ranges, before anything runs
             harness.check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         self.out = files.claim_folder(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", write=False)
@@ -96,7 +94,7 @@ class Sweep:
         # the sizes and times of those files catch an edit by hand. No data file is read.
         manifest = data_dir() / "manifest.json"
         raw = manifest.read_bytes() if manifest.is_file() else b"{}"  # damaged, its hash still names this state
-        self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), data.json_object(manifest) or {})]
+        self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), files.json_object(manifest) or {})]
 
     def points(self) -> list[dict]:
         return [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
@@ -153,11 +151,7 @@ def is_done(folder: Path, key: str | None = None) -> bool:
 
 def _read_record(folder: Path) -> dict:
     """A point's record; one absent, damaged or not a regular file (a FIFO would block) reads as not finished."""
-    with contextlib.suppress(OSError, ValueError):
-        record = json.loads((folder / "point.json").read_text()) if (folder / "point.json").is_file() else None
-        if isinstance(record, dict):
-            return record
-    return {"status": "missing"}
+    return files.json_object(folder / "point.json") or {"status": "missing"}
 
 
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
