@@ -10,6 +10,8 @@ from unittest import mock
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.experimental._context_parallel import _attention as cp
 
 
 @contextlib.contextmanager
@@ -66,9 +68,6 @@ def register_cpu_ring_attention() -> None:
     CPU, `aten._scaled_dot_product_flash_attention_for_cpu` (and its backward) fails with "... does not have a
     sharding strategy registered". This routes both to torch's own `_templated_ring_attention(_backward)`, the
     ring the CUDA path uses. Idempotent. Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels."""
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
-
     aten = torch.ops.aten
     fwd = aten._scaled_dot_product_flash_attention_for_cpu.default
     bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward.default

@@ -83,7 +83,7 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
 
-def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
+def verify() -> list[str]:
     """What is wrong with data/, each problem naming its fix: the archive against its pinned SHA-256, the files the
     manifest lists against theirs (and nothing else beside them), every file `longctx data` writes listed, and the
     committed base model against its checksums.json."""
@@ -95,8 +95,8 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
     except LongctxError as exc:
         problems.append(str(exc))
     else:  # besides the books, `longctx data` writes these
-        built = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
-        built += [f"tokens-{vocab_size}-{s}.npy" for s in SPLITS]
+        built = [f"tokenizer-{VOCAB_SIZE}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
+        built += [f"tokens-{VOCAB_SIZE}-{s}.npy" for s in SPLITS]
         built += [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
         if not any(rel.startswith(f"{CORPUS}/") for rel in manifest):
             problems.append("manifest.json lists no books (`longctx data --force` unpacks and lists them)")
@@ -112,11 +112,10 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
     return problems
 
 
-def write_checksums(folder: Path) -> Path:
+def write_checksums(folder: Path) -> None:
     """checksums.json beside a model's files: their SHA-256, so `longctx data --verify` can check them."""
     files = [f for f in sorted(Path(folder).iterdir()) if f.is_file() and f.name != CHECKSUMS and f.name[0] != "."]
     (Path(folder) / CHECKSUMS).write_text(json.dumps({f.name: _sha256(f.read_bytes()) for f in files}, indent=2) + "\n")
-    return Path(folder) / CHECKSUMS
 
 
 def _download_sdist(cache: Path) -> Path:
@@ -195,16 +194,16 @@ def books(split: str = "train") -> tuple[Book, ...]:
     return tuple(Book(f.stem, f.read_text(encoding="utf-8")) for f in chosen)
 
 
-def tokenizer(vocab_size: int = VOCAB_SIZE, force: bool = False):
+def tokenizer(force: bool = False):
     """A byte-level BPE trained on the training books, cached under data/tokenizer-<vocab>/ (`force`: trained again)."""
     from transformers import PreTrainedTokenizerFast
 
-    path = data_dir() / f"tokenizer-{vocab_size}"
+    path = data_dir() / f"tokenizer-{VOCAB_SIZE}"
     if force or not (path / "tokenizer.json").exists():
         from tokenizers import ByteLevelBPETokenizer
 
         bpe, texts = ByteLevelBPETokenizer(), (b.text for b in books("train"))
-        bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=False)
+        bpe.train_from_iterator(texts, vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False)
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
         written = [path / "tokenizer.json", path / "tokenizer_config.json"]
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
@@ -216,11 +215,11 @@ def tokenizer(vocab_size: int = VOCAB_SIZE, force: bool = False):
     return PreTrainedTokenizerFast.from_pretrained(str(path))
 
 
-def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool = False) -> np.ndarray:
+def token_stream(split: str = "train", force: bool = False) -> np.ndarray:
     """All books of a split tokenized and joined end to end, an end-of-text token between books (cached on disk)."""
-    path = data_dir() / f"tokens-{vocab_size}-{split}.npy"
+    path = data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy"
     if force or not path.exists():
-        tok = tokenizer(vocab_size)
+        tok = tokenizer()
         with atomic(path) as tmp, open(tmp, "wb") as f:
             np.save(f, np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int32))
         _record([path])
@@ -228,15 +227,13 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
         arr = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise LongctxError(f"{path} cannot be read ({exc}). Remove it and run `longctx data` to rebuild it.") from None
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= vocab_size:
-        why = f"not a 1-D array of token ids in 0..{vocab_size - 1} ({arr.dtype}, shape {arr.shape})"
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= VOCAB_SIZE:
+        why = f"not a 1-D array of token ids in 0..{VOCAB_SIZE - 1} ({arr.dtype}, shape {arr.shape})"
         raise LongctxError(f"{path} is {why}. Remove it and run `longctx data` to rebuild it.")
     return arr
 
 
-def long_sequences(
-    seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0, vocab_size=VOCAB_SIZE
-):
+def long_sequences(seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0):
     """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around), a `datasets.Dataset`
     with an `input_ids` column. `dataset`: "corpus" or a `datasets` source with a `text` column (a hub id, a local
     parquet folder), read with the model's `tokenizer`; its "test" split is the held-out text, as the guide reads PG-19."""
@@ -245,17 +242,15 @@ def long_sequences(
     check_choice("split", split, SPLITS)
     if (dataset := check_dataset(dataset)) != CORPUS and tokenizer is None:
         raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
-    stream = _stream(dataset, split, tokenizer, vocab_size, min_tokens=seq_len * n)
+    stream = _stream(dataset, split, tokenizer, min_tokens=seq_len * n)
     starts = np.random.default_rng(seed).integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
     return _windows(stream, starts, [seq_len] * n)
 
 
-def varied_sequences(
-    n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, vocab_size: int = VOCAB_SIZE, tokenizer=None
-):
+def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, tokenizer=None):
     """`n` corpus windows of lengths drawn uniformly from [min_len, max_len] (lesson 05's schema bounds them): batches
     in many shapes, as real fine-tuning data has. `tokenizer`: the model's own (None: the corpus BPE)."""
-    stream, rng = _stream(CORPUS, split, tokenizer, vocab_size), np.random.default_rng(seed)
+    stream, rng = _stream(CORPUS, split, tokenizer), np.random.default_rng(seed)
     lengths = rng.integers(min_len, max_len + 1, size=n)
     return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
 
@@ -320,12 +315,12 @@ _LOAD_ERRORS = (  # what `datasets` raises for a source longctx cannot read → 
 )
 
 
-def _stream(dataset: str, split: str, tok, vocab_size: int = VOCAB_SIZE, min_tokens: float = math.inf) -> np.ndarray:
+def _stream(dataset: str, split: str, tok, min_tokens: float = math.inf) -> np.ndarray:
     """A split's books as token ids joined end to end: the corpus BPE's cached on disk, another tokenizer's kept in
     memory, a `datasets` source's streamed (no full download) until `min_tokens`, its held-out text the "test" split."""
     name = getattr(tok, "name_or_path", "")
-    if dataset == CORPUS and (tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve()):
-        return token_stream(split, vocab_size)
+    if dataset == CORPUS and (tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{VOCAB_SIZE}").resolve()):
+        return token_stream(split)
     if dataset == CORPUS:
         if (key := (split, name, len(tok))) not in _CORPUS_STREAMS:
             _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
@@ -357,12 +352,12 @@ def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
     return ids
 
 
-def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
+def export_parquet(force: bool = False) -> Path:
     """The corpus as a `datasets` source in the hub's layout (data/{train,test}-*.parquet, a `text` column, a book a
     row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
-    out = Path(out or data_dir() / PARQUET_DIR)
+    out = data_dir() / PARQUET_DIR
     if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
         return out
     (out / "data").mkdir(parents=True, exist_ok=True)
@@ -371,6 +366,5 @@ def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
         rows = {"short_book_title": [b.name for b in books(split)], "text": [b.text for b in books(split)]}
         with atomic(path) as tmp:
             Dataset.from_dict(rows).to_parquet(str(tmp))
-    if out.resolve() == (data_dir() / PARQUET_DIR).resolve():
-        _record(written)
+    _record(written)
     return out

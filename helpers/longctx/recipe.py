@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 from dataclasses import dataclass, field
+from importlib.metadata import version
 
 from longctx.errors import LongctxError, check_choice
 
@@ -114,8 +115,6 @@ def snippet(call: Call, lever: str | tuple[str, ...], *, name: str = "args") -> 
 
 def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after: str = "") -> None:
     """Print the snippet under a comment naming the installed versions of the libraries it uses."""
-    from importlib.metadata import version
-
     packages = [t.__module__.split(".")[0] for t in call.targets()]
     packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
     title = lever if isinstance(lever, str) else " + ".join(lever)

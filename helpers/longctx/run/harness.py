@@ -241,9 +241,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
                 "cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run it again."
             )
             failed = NotebookFailed(f"{notebook.stem}: {why}", OOM_KILLED if killed else "DeadKernelError", str(exc))
-            try:
-                json.loads(writing.read_bytes())  # papermill may or may not have written it whole after the death
-            except (OSError, ValueError):
+            if files.json_object(writing) is None:  # papermill may or may not have written it whole after the death
                 raise failed from None
         nb = nbformat.read(writing, as_version=4)
         for cell in (c for c in nb.cells if c.cell_type == "code"):  # without progress bars' widgets (_WIDGET)
