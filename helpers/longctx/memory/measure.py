@@ -20,8 +20,7 @@ from longctx.errors import LongctxError
 from longctx.memory.profile import MemoryProfile
 from longctx.units import CATEGORIES, GIB, PHASES
 
-_TRACKER_NAMES = dict(Parameter="parameters", Buffer="buffers", Gradient="gradients", Optstate="optimizer")
-_TRACKER_NAMES.update(Activation="activations", Temp="temporaries", Other="other")
+_TRACKER_NAMES = dict(zip(("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other"), CATEGORIES))
 
 
 def tensor_device(spec) -> torch.device:
@@ -75,12 +74,8 @@ class TimelineTracker(FrozenParamsMemTracker):
 
     def _layer(self) -> int:
         # In backward a layer's hooks may fire before the layer above has left: the lower one is running.
-        running = [
-            int(i)
-            for head, _, i in (n.rpartition(".") for n in self._mod_tracker.parents)
-            if i.isdigit() and head.endswith("layers")
-        ]
-        return min(running, default=-1)
+        names = (n.rpartition(".") for n in self._mod_tracker.parents)
+        return min((int(i) for head, _, i in names if i.isdigit() and head.endswith("layers")), default=-1)
 
     def _activation_here(self, winfo) -> bool:
         return winfo is not None and winfo.reftype == _MemRefType.ACT and winfo.device == self.device

@@ -146,8 +146,7 @@ def _cmd_estimate(args) -> None:
         f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}): "
         f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
         f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
-        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
-        f"{args.optim} AdamW)"
+        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, {args.optim} AdamW)"
     )
     if (mask := summary["attention_mask_gib"]) > 0:
         window = f" (sliding window of {summary['sliding_window']:,} tokens)" if summary["sliding_window"] else ""

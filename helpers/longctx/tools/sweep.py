@@ -294,19 +294,15 @@ def table(sweep: Sweep) -> list[dict]:
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
+    """sweep.csv, and with `metric` its plot against the first grid key: one line per combination of the other keys,
+    failed points (out of memory included) marked on the x axis."""
     rows, path = table(sweep), sweep.out / "sweep.csv"
     with files.atomic(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in rows)
-    if metric:
-        plot_metric(sweep, rows, metric)
-    return path
-
-
-def plot_metric(sweep: Sweep, rows: list[dict], metric: str) -> None:
-    """`metric` against the first grid key, one line per combination of the other keys; failed points
-    (out of memory included) are marked on the x axis."""
+    if not metric:
+        return path
     from longctx import plots
 
     first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
@@ -324,3 +320,4 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str) -> None:
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
+    return path
