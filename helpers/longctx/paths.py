@@ -10,6 +10,7 @@ from pathlib import Path
 from longctx.errors import LongctxError
 
 REPO = Path(__file__).resolve().parents[2]
+CORPUS = "corpus"  # the shipped text: its name as a dataset (data.long_sequences), its folder under data/
 
 
 def _folder(variable: str, default: Path) -> Path:

@@ -205,8 +205,7 @@ def plain_loss_trainer_class():
         """SFTTrainer whose loss is the model's own: full logits, then cross-entropy (the guide's baseline)."""
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = {k: v for k, v in inputs.items() if k != "fused_lm_head"}
-            inputs["use_cache"] = False
+            inputs = {k: v for k, v in inputs.items() if k != "fused_lm_head"} | {"use_cache": False}
             kwargs = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
             outputs = model(**inputs, **kwargs)
             loss = outputs.loss

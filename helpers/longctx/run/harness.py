@@ -21,7 +21,7 @@ from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
 from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
-from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
+from longctx.paths import CORPUS, build_dir, data_dir, notebooks_dir, user_path
 from longctx.run import needs, schema
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
@@ -167,8 +167,6 @@ def split_top_level(text: str) -> list[str]:
 def _absolute(value):
     """A relative path that exists here, made absolute (the kernel runs in the output folder); names the library
     gives a meaning (a preset, "base", the corpus) stay names, whatever the current folder holds."""
-    from longctx.data import CORPUS
-
     if not isinstance(value, str) or value in PRESETS or value in ("base", CORPUS) or Path(value).is_absolute():
         return value
     path = user_path(value, "The path", resolve=True)

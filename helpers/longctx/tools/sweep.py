@@ -35,7 +35,7 @@ EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 # the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the notebook runner
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
-OOM_NAMES = ("OutOfMemoryError", "MemoryError", "OutOfMemoryKill")  # the last: harness.OOM_KILLED
+OOM_NAMES = ("OutOfMemoryError", "MemoryError", harness.OOM_KILLED)
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
 OOM_WORDS = ("out of memory", "can't allocate memory")
 
