@@ -119,7 +119,7 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kw
     eval_dataset, processing_class)."""
     from trl import SFTTrainer
 
-    callbacks = list(callbacks or []) + ([_host_pool_callback()] if cfg.offload == "host-pool" else [])
+    callbacks = [*(callbacks or []), _own_callback(cfg.offload)]
     cls = plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer
     trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, callbacks=callbacks, **kwargs)
     quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
@@ -129,43 +129,30 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kw
 def host_pool(trainer):
     """The offload.HostPool of a trainer built with offload="host-pool" (None otherwise), held by the trainer's own
     callback, which installs it when training starts."""
-    return next((cb.host_pool for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool")), None)
+    return _own(trainer).host_pool
 
 
-def _host_pool_callback():
-    from transformers import TrainerCallback
-
-    class HostPoolOffload(TrainerCallback):
-        """Trainer.train() enables checkpointing just before on_train_begin; swap in the pool's hooks then."""
-
-        host_pool = HostPool()
-
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self.host_pool.install(model)
-
-    return HostPoolOffload()
+def _own(trainer):
+    return next(cb for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool"))
 
 
-def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs) -> TrainResult:
-    """Build the trainer (make_trainer's keywords), train, and return losses, the eval curve, timings and paths."""
-    timer = _step_timer()
-    trainer = make_trainer(model, train_dataset, cfg, callbacks=[*(callbacks or []), timer], **kwargs)
-    start = time.perf_counter()
-    out = trainer.train()
-    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=timer.seconds)
-
-
-def _step_timer():
-    """A callback that times each optimizer step alone (waiting for the GPU to finish its work)."""
+def _own_callback(offload):
+    """The callback every trainer made here carries: it times each optimizer step alone (waiting for the GPU to finish
+    its work), and holds the HostPool of offload="host-pool", whose hooks it swaps in at on_train_begin (Trainer.train()
+    enables checkpointing just before)."""
     from transformers import TrainerCallback
 
     def now():
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    class StepTimer(TrainerCallback):
-        seconds: list[float] = []  # (a class of its own per call)
+    class Longctx(TrainerCallback):  # (a class of its own per call)
+        host_pool, seconds = HostPool() if offload == "host-pool" else None, []
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            if self.host_pool is not None:
+                self.host_pool.install(model)
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = now()
@@ -173,7 +160,15 @@ def _step_timer():
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(now() - self.start)
 
-    return StepTimer()
+    return Longctx()
+
+
+def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs) -> TrainResult:
+    """Build the trainer (make_trainer's keywords), train, and return losses, the eval curve, timings and paths."""
+    trainer = make_trainer(model, train_dataset, cfg, callbacks=callbacks, **kwargs)
+    start = time.perf_counter()
+    out = trainer.train()
+    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=_own(trainer).seconds)
 
 
 def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:
