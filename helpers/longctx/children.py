@@ -1,7 +1,5 @@
 """Child processes that never outlive their parent: a launched torchrun and its ranks, a pool's workers and kernels."""
 
-from __future__ import annotations
-
 import contextlib
 import ctypes
 import multiprocessing

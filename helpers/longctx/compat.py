@@ -2,8 +2,6 @@
 (nothing is applied at import). Each names the version and the upstream behaviour it works around, and
 tests/test_compat.py holds a test that fails when upstream changes it, so it can be dropped when a pin moves."""
 
-from __future__ import annotations
-
 import contextlib
 import types
 from unittest import mock

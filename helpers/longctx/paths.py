@@ -1,7 +1,5 @@
 """Where things live: the repository root, data/ and build/ (overridable by environment variables)."""
 
-from __future__ import annotations
-
 import json
 import os
 import re

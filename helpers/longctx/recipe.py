@@ -2,8 +2,6 @@
 keyword arguments): the helpers build their TRL, accelerate and peft configs from one (`Call.build`) and the lessons
 print the same one as source (`snippet`), so the snippet cannot drift from what ran; tests/test_recipe.py runs each."""
 
-from __future__ import annotations
-
 import importlib
 import json
 from dataclasses import dataclass, field

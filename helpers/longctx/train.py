@@ -5,8 +5,6 @@ Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (
 without an accelerator. trl 1.16's loss is its chunked ("fused") LM head; `loss="plain"` is the guide's baseline: the
 model's own forward with `labels=`, which materialises the full sequence × vocabulary logits."""
 
-from __future__ import annotations
-
 import math
 import time
 from dataclasses import asdict, dataclass, field

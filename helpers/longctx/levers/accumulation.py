@@ -2,8 +2,6 @@
 provided each micro-batch's loss is divided by k (or, as transformers does, every token's loss by the number of
 tokens in the whole accumulated batch)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

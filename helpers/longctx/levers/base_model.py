@@ -4,8 +4,6 @@
 every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn part-way
 round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it."""
 
-from __future__ import annotations
-
 import json
 import math
 import time

@@ -1,8 +1,6 @@
 """Padding for compiled accelerators: TRL's `pad_to_multiple_of` on a device, the batch shapes a trainer's own
 dataloader will produce (known before anything compiles), the trainer the lesson compiles, and which offer the option."""
 
-from __future__ import annotations
-
 import itertools
 import math
 from dataclasses import dataclass, fields, is_dataclass

@@ -2,8 +2,6 @@
 arithmetic, checked byte for byte against a measured step: AdamW keeps two moment tensors per trainable element and one
 scalar `step` tensor per trainable parameter tensor (which matters for an exact match on a tiny model, not on a 7B one)."""
 
-from __future__ import annotations
-
 from dataclasses import asdict, dataclass
 
 from longctx.errors import LongctxError, check_choice

@@ -4,8 +4,6 @@ step: of the driver's total (nvidia-smi's "Total", `torch.cuda.get_device_proper
 NCCL's buffers and the allocator's rounding take a part the estimate leaves out (`UNMODELLED`; benchmarks/gpu_check.py
 measures them on your card)."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 

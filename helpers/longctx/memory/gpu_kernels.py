@@ -4,8 +4,6 @@ autograd on fake *CUDA* tensors (the engine asks for a CUDA stream), so the esti
 replaced by functions that compute nothing but allocate exactly the outputs and scratch the real kernels allocate, so
 the tracker sees the GPU's bytes."""
 
-from __future__ import annotations
-
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 

@@ -4,8 +4,6 @@ temporary or optimizer state. We add a timeline (the live bytes per category aft
 and a census of the activations alive when the forward pass ends. The estimator runs the same tracker under
 FakeTensorMode, so measured and estimated profiles are built by the same code."""
 
-from __future__ import annotations
-
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -115,7 +113,7 @@ class TimelineTracker(FrozenParamsMemTracker):
     def _update_peak_stats(self, peak_state) -> None:  # MemTracker calls this after every operator
         self.record()
 
-    def run(self, step, model, optimizer) -> TimelineTracker:
+    def run(self, step, model, optimizer) -> "TimelineTracker":
         """Track `step()` with `model` and `optimizer` (made before it) registered, so their tensors are filed under
         parameters, buffers and optimizer state rather than "other"."""
         self.track_external(model, optimizer)

@@ -1,8 +1,6 @@
 """Measure one real Trainer step: the trainer's own `training_step` (forward, loss, backward) and its
 optimizer's `step`, on a batch from the trainer's own dataloader."""
 
-from __future__ import annotations
-
 from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
 from longctx.memory.profile import MemoryProfile

@@ -2,8 +2,6 @@
 (ci: the tests, seconds; cpu: the lesson on a laptop; gpu: full size; rehearsal: the gpu size with only the hardware
 swapped, so its code paths run on a CPU). Parameters and the machine are checked once, before a kernel starts."""
 
-from __future__ import annotations
-
 import ast
 import contextlib
 import json

@@ -1,8 +1,6 @@
 """Each notebook's parameters checked once, before a kernel starts, against notebooks/params/<notebook>/schema.yaml: a
 JSON Schema of names, types and ranges validated by jsonschema, plus the relations it cannot state (`x-relations`)."""
 
-from __future__ import annotations
-
 import contextlib
 import math
 import os

@@ -1,7 +1,5 @@
 """The `longctx` command: run notebooks, build data, estimate memory."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import errno

@@ -2,8 +2,6 @@
 own kernel as default. The settings go into longctx's own file under the environment's JupyterLab `settings/overrides.d/`
 (read after JupyterLab's defaults, before the user's choices), so no setting of theirs is touched."""
 
-from __future__ import annotations
-
 import json
 import os
 import sys

@@ -3,8 +3,6 @@ finished (`point.json` with its key: Sweep.key), so a sweep resumes and leaves n
 result ("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
 SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
 
-from __future__ import annotations
-
 import contextlib
 import csv
 import hashlib
