@@ -3,27 +3,16 @@ optimizer's `step`, on a batch from the trainer's own dataloader."""
 
 from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
-from longctx.memory.profile import MemoryProfile
 from longctx.train import TrainConfig, host_pool, make_trainer
 
 
-def sft_step_profile(
-    model,
-    dataset,
-    *,
-    loss: str = "chunked",
-    output_dir: str,
-    processing_class=None,
-    gradient_checkpointing: bool = True,
-    offload=False,
-    batch_size: int = 1,
-    tiles=(None, None),
-) -> MemoryProfile:
-    """MemoryProfile of one real SFTTrainer optimizer step of `model` on `dataset` with the given loss and offload mode
-    (see TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns; None keeps TRL's), set
-    up as train() sets up its first step: the optimizer created, checkpointing (or the CPU offload stand-in) on."""
-    how = dict(loss=loss, per_device_train_batch_size=batch_size, gradient_checkpointing=gradient_checkpointing, offload=offload)
-    cfg = TrainConfig(output_dir=output_dir, max_steps=1, extra={"disable_tqdm": True}, **how)
+def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, batch_size=1, tiles=(None, None), **how):
+    """MemoryProfile of one real SFTTrainer optimizer step of `model` on `dataset`, with TrainConfig's `loss`,
+    `gradient_checkpointing` (here on by default) and `offload` from `how`, its fused-head tile set to `tiles` = (rows,
+    vocabulary columns; None keeps TRL's), set up as train() sets up its first step: the optimizer created,
+    checkpointing (or the CPU offload stand-in) on."""
+    how = {"gradient_checkpointing": True, "max_steps": 1, "extra": {"disable_tqdm": True}, **how}
+    cfg = TrainConfig(output_dir=output_dir, per_device_train_batch_size=batch_size, **how)
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
     model, pool = trainer.model, host_pool(trainer)
     # the first training batch exactly as the trainer would feed it (collated, on its device)
@@ -32,8 +21,8 @@ def sft_step_profile(
     model.train()
     if pool is not None:
         pool.install(model)
-    elif gradient_checkpointing:  # as Trainer.train() turns it on (TrainConfig's only checkpointing setting: offload)
-        model.activation_checkpointing_enable(offload=offload is True)
+    elif cfg.gradient_checkpointing:  # as Trainer.train() turns it on (TrainConfig's only checkpointing setting: offload)
+        model.activation_checkpointing_enable(offload=cfg.offload is True)
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # train() sets it too
     losses = []
 
