@@ -82,3 +82,12 @@ def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(no
     ):
         with pytest.raises(LongctxError, match=fragment):
             harness.check_parameters(path, {"GPU": bad}, "ci")
+
+
+def test_the_padding_lessons_lengths_are_bounded_by_its_schema():  # data.varied_sequences trusts them
+    for bad, fragment in (
+        ({"MIN_LEN": 200, "MAX_LENGTH": 100}, "MIN_LEN=200 must be at most MAX_LENGTH"),
+        ({"N_EXAMPLES": 0}, "N_EXAMPLES=0 must be positive"),
+    ):
+        with pytest.raises(LongctxError, match=fragment):
+            schema.check("05_trainium_padding", bad)

@@ -1,18 +1,15 @@
 """longctx: the helper library behind the long-context training lessons."""
 
+from importlib.metadata import version
+
 from longctx.errors import LongctxError
 
 __version__ = "0.1.0"
 
 
 def versions() -> dict:
-    """The library versions a result was produced with, and the device it ran on."""
-    import accelerate
-    import torch
-    import transformers
-    import trl
-
-    libraries = {m.__name__: m.__version__ for m in (torch, transformers, trl, accelerate)}
+    """The library versions a result was produced with (as installed), and the device it ran on."""
+    libraries = {name: version(name) for name in ("torch", "transformers", "trl", "accelerate")}
     return {**libraries, "longctx": __version__, "device": device()}
 
 

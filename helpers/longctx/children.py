@@ -1,9 +1,10 @@
 """Child processes that never outlive their parent: a launched torchrun and its ranks, a pool's workers and kernels."""
 
-from __future__ import annotations
-
 import contextlib
+import ctypes
+import multiprocessing
 import signal
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import psutil
@@ -11,8 +12,6 @@ import psutil
 
 def stop_with_parent() -> None:
     """In a child before it runs (preexec_fn, a pool's initializer): Linux sends it SIGTERM when its parent dies."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
@@ -43,9 +42,6 @@ def _pool_worker() -> None:
 def pool_map(fn, calls: list, workers: int, bar) -> list:
     """`fn(call)` for each call on `workers` spawned processes, in order, counted on `bar` (a tqdm). Interrupted or
     failing, it returns at once: the calls not started cancelled, the workers killed with everything below them."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker)
     results: list = [None] * len(calls)
     with bar:

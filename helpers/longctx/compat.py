@@ -2,14 +2,14 @@
 (nothing is applied at import). Each names the version and the upstream behaviour it works around, and
 tests/test_compat.py holds a test that fails when upstream changes it, so it can be dropped when a pin moves."""
 
-from __future__ import annotations
-
 import contextlib
 import types
 from unittest import mock
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.experimental._context_parallel import _attention as cp
 
 
 @contextlib.contextmanager
@@ -66,9 +66,6 @@ def register_cpu_ring_attention() -> None:
     CPU, `aten._scaled_dot_product_flash_attention_for_cpu` (and its backward) fails with "... does not have a
     sharding strategy registered". This routes both to torch's own `_templated_ring_attention(_backward)`, the
     ring the CUDA path uses. Idempotent. Test: test_compat.py::test_cp_ring_attention_still_lacks_the_cpu_kernels."""
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
-
     aten = torch.ops.aten
     fwd = aten._scaled_dot_product_flash_attention_for_cpu.default
     bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
@@ -92,7 +89,6 @@ def register_cpu_ring_attention() -> None:
         outs = ring(mesh.get_group(), 2, op_call, **dict(zip(names, args)), **more, **kwargs)
         return tuple(DTensor.from_local(t, mesh, placements, run_check=False) if isinstance(t, torch.Tensor) else t for t in outs)
 
-    handler.__qualname__ = "register_cpu_ring_attention.handler"
     cp.custom_ops[fwd] = cp.custom_ops[bwd] = handler
 
 

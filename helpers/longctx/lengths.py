@@ -1,7 +1,5 @@
 """Sequence lengths as people write them: 98304, 96k, 1M."""
 
-from __future__ import annotations
-
 from longctx.errors import LongctxError
 
 MAX_TOKENS = 16 * 2**20  # tokens per estimated step: 16 times the guide's longest (1M takes ~10 s to estimate)

@@ -2,8 +2,6 @@
 hyperparameters, so the estimator builds them without the hub), and the one way a model is read: `load()` takes a
 preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
-from __future__ import annotations
-
 import json
 import re
 from dataclasses import dataclass
@@ -11,6 +9,7 @@ from pathlib import Path
 
 from longctx import device
 from longctx.errors import LongctxError, check_choice
+from longctx.files import json_object
 from longctx.paths import user_path
 
 
@@ -125,14 +124,9 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
 
 
-def has_weights(spec: str) -> bool:
-    """Whether `spec` can be loaded with weights: a preset (random, seeded) or a hub id always; a local path
-    only when it is a model folder holding weight files (a config.json alone describes a model, for estimates)."""
-    if spec in PRESETS:
-        return True
-    path = user_path(spec, "The model")
-    if not path.exists():
-        return bool(HUB_ID.match(spec))
+def has_weights(path: Path) -> bool:
+    """Whether a local model can be loaded with weights: a folder holding weight files (a config.json alone describes
+    a model, for estimates; a preset's weights are random, a hub id's come with it)."""
     return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
 
 
@@ -153,11 +147,7 @@ def refuse_custom_code(source) -> None:
     """Refuse a local model whose config.json or tokenizer_config.json names classes in its own files."""
     folder = Path(source).parent if Path(source).is_file() else Path(source)
     for name in ("config.json", "tokenizer_config.json"):
-        try:
-            mapped = (folder / name).is_file() and "auto_map" in json.loads((folder / name).read_text())
-        except (OSError, UnicodeDecodeError, ValueError, TypeError):
-            mapped = False  # not ours to judge: transformers' own reading names what is wrong
-        if mapped:
+        if "auto_map" in (json_object(folder / name) or {}):  # (a damaged file is transformers' to name)
             _refuse_custom_code(source, f"its {name} maps classes to the folder's own files (auto_map)")
 
 

@@ -4,11 +4,10 @@ transformers wraps each layer's `checkpoint` in torch's `save_on_cpu`, whose sav
 recomputation needs off the device. The same hooks serve on the CPU, where device and host are one memory, as a
 `HostPool` that counts what would leave the device (no RAM is saved), and in the estimator, with `meta` as the host."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from longctx.errors import LongctxError, check_choice
 
@@ -18,7 +17,6 @@ MODES = (False, True, "host-pool")
 def install(model, pack, unpack) -> None:
     """Turn on checkpointing on a transformers model with `pack` / `unpack` as saved-tensor hooks around each layer's
     `checkpoint`, exactly where transformers puts `save_on_cpu`: what the hooks see is the layer's input."""
-    from torch.utils.checkpoint import checkpoint
 
     def offloading_checkpoint(function, *args, **kwargs):
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):

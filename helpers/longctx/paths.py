@@ -1,7 +1,5 @@
 """Where things live: the repository root, data/ and build/ (overridable by environment variables)."""
 
-from __future__ import annotations
-
 import json
 import os
 import re
@@ -10,6 +8,7 @@ from pathlib import Path
 from longctx.errors import LongctxError
 
 REPO = Path(__file__).resolve().parents[2]
+CORPUS = "corpus"  # the shipped text: its name as a dataset (data.long_sequences), its folder under data/
 
 
 def _folder(variable: str, default: Path) -> Path:

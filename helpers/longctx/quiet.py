@@ -2,8 +2,6 @@
 library's own (a log level, a progress-bar switch, an environment variable), set only here. `for_lessons()` runs in
 `notebook.start`, in the context-parallel workers and, through `KERNEL_ARGUMENTS`, in the harness's kernels."""
 
-from __future__ import annotations
-
 import logging
 import os
 import warnings

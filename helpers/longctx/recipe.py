@@ -2,11 +2,10 @@
 keyword arguments): the helpers build their TRL, accelerate and peft configs from one (`Call.build`) and the lessons
 print the same one as source (`snippet`), so the snippet cannot drift from what ran; tests/test_recipe.py runs each."""
 
-from __future__ import annotations
-
 import importlib
 import json
 from dataclasses import dataclass, field
+from importlib.metadata import version
 
 from longctx.errors import LongctxError, check_choice
 
@@ -114,8 +113,6 @@ def snippet(call: Call, lever: str | tuple[str, ...], *, name: str = "args") -> 
 
 def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after: str = "") -> None:
     """Print the snippet under a comment naming the installed versions of the libraries it uses."""
-    from importlib.metadata import version
-
     packages = [t.__module__.split(".")[0] for t in call.targets()]
     packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
     title = lever if isinstance(lever, str) else " + ".join(lever)

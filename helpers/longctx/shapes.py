@@ -1,8 +1,6 @@
 """What a sequence's layout admits under context and sequence parallelism: the padded length, the
 attention kinds of a config, and the plan check every CP/SP entry point shares."""
 
-from __future__ import annotations
-
 from longctx.errors import LongctxError, check_positive_int
 
 

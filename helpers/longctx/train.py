@@ -5,15 +5,16 @@ Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (
 without an accelerator. trl 1.16's loss is its chunked ("fused") LM head; `loss="plain"` is the guide's baseline: the
 model's own forward with `labels=`, which materialises the full sequence × vocabulary logits."""
 
-from __future__ import annotations
-
 import math
 import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+import torch
+
 from longctx import device, quiet
 from longctx.errors import LongctxError, check_choice, check_positive_int
+from longctx.offload import HostPool, check_offload
 from longctx.recipe import Call
 
 LOSSES = ("chunked", "plain")
@@ -50,8 +51,6 @@ class TrainConfig:
     for_device: str | None = None  # the device the config is for ("cuda", "cpu"); None: this machine's
 
     def __post_init__(self) -> None:
-        from longctx.offload import check_offload
-
         check_choice("loss", self.loss, LOSSES)
         for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "logging_steps"):
             check_positive_int(name, getattr(self, name))
@@ -88,8 +87,6 @@ class TrainConfig:
 
 
 def _cuda_bf16() -> bool:
-    import torch
-
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
@@ -120,7 +117,7 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kw
     eval_dataset, processing_class)."""
     from trl import SFTTrainer
 
-    callbacks = list(callbacks or []) + ([_host_pool_callback()] if cfg.offload == "host-pool" else [])
+    callbacks = [*(callbacks or []), _own_callback(cfg.offload)]
     cls = plain_loss_trainer_class() if cfg.loss == "plain" else SFTTrainer
     trainer = cls(model=model, args=cfg.sft_config(), train_dataset=train_dataset, callbacks=callbacks, **kwargs)
     quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
@@ -130,46 +127,30 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kw
 def host_pool(trainer):
     """The offload.HostPool of a trainer built with offload="host-pool" (None otherwise), held by the trainer's own
     callback, which installs it when training starts."""
-    return next((cb.host_pool for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool")), None)
+    return _own(trainer).host_pool
 
 
-def _host_pool_callback():
-    from transformers import TrainerCallback
-
-    from longctx.offload import HostPool
-
-    class HostPoolOffload(TrainerCallback):
-        """Trainer.train() enables checkpointing just before on_train_begin; swap in the pool's hooks then."""
-
-        host_pool = HostPool()
-
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self.host_pool.install(model)
-
-    return HostPoolOffload()
+def _own(trainer):
+    return next(cb for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool"))
 
 
-def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs) -> TrainResult:
-    """Build the trainer (make_trainer's keywords), train, and return losses, the eval curve, timings and paths."""
-    timer = _step_timer()
-    trainer = make_trainer(model, train_dataset, cfg, callbacks=[*(callbacks or []), timer], **kwargs)
-    start = time.perf_counter()
-    out = trainer.train()
-    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=timer.seconds)
-
-
-def _step_timer():
-    """A callback that times each optimizer step alone (waiting for the GPU to finish its work)."""
-    import torch
+def _own_callback(offload):
+    """The callback every trainer made here carries: it times each optimizer step alone (waiting for the GPU to finish
+    its work), and holds the HostPool of offload="host-pool", whose hooks it swaps in at on_train_begin (Trainer.train()
+    enables checkpointing just before)."""
     from transformers import TrainerCallback
 
     def now():
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    class StepTimer(TrainerCallback):
-        seconds: list[float] = []  # (a class of its own per call)
+    class Longctx(TrainerCallback):  # (a class of its own per call)
+        host_pool, seconds = HostPool() if offload == "host-pool" else None, []
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            if self.host_pool is not None:
+                self.host_pool.install(model)
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = now()
@@ -177,7 +158,15 @@ def _step_timer():
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(now() - self.start)
 
-    return StepTimer()
+    return Longctx()
+
+
+def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs) -> TrainResult:
+    """Build the trainer (make_trainer's keywords), train, and return losses, the eval curve, timings and paths."""
+    trainer = make_trainer(model, train_dataset, cfg, callbacks=callbacks, **kwargs)
+    start = time.perf_counter()
+    out = trainer.train()
+    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=_own(trainer).seconds)
 
 
 def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:
@@ -209,8 +198,7 @@ def plain_loss_trainer_class():
         """SFTTrainer whose loss is the model's own: full logits, then cross-entropy (the guide's baseline)."""
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = {k: v for k, v in inputs.items() if k != "fused_lm_head"}
-            inputs["use_cache"] = False
+            inputs = {k: v for k, v in inputs.items() if k != "fused_lm_head"} | {"use_cache": False}
             kwargs = {"num_items_in_batch": num_items_in_batch} if num_items_in_batch is not None else {}
             outputs = model(**inputs, **kwargs)
             loss = outputs.loss

@@ -2,11 +2,10 @@
 provided each micro-batch's loss is divided by k (or, as transformers does, every token's loss by the number of
 tokens in the whole accumulated batch)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch
+from transformers import TrainerCallback
 
 from longctx.models import to_device
 from longctx.train import TrainConfig, make_trainer
@@ -26,8 +25,6 @@ class AccumulationCheck:
 
 def _captured_grads(model_fn, dataset, cfg: TrainConfig, processing_class) -> dict[str, torch.Tensor]:
     """Run one optimizer step through a real SFTTrainer and keep the gradients the optimizer would see."""
-    from transformers import TrainerCallback
-
     grads: dict[str, torch.Tensor] = {}
     model = model_fn()
 

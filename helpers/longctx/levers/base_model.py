@@ -1,11 +1,8 @@
 """The YaRN lesson's base model: a small Qwen3-shaped model pretrained here, so that its trained range is known.
 
-`pretrain()` trains it from scratch on the corpus at a short length (a real TRL SFTTrainer run on raw text windows),
-so every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn
-part-way round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it.
-"""
-
-from __future__ import annotations
+`pretrain()` trains it from scratch on the corpus at a short length (a real TRL SFTTrainer run on raw text windows), so
+every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn part-way
+round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it."""
 
 import json
 import math
@@ -14,7 +11,7 @@ from pathlib import Path
 
 from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
-from longctx.models import from_pretrained
+from longctx.models import from_pretrained, torch_dtype
 from longctx.paths import data_dir, user_path
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
@@ -63,17 +60,9 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     with files.staging(out) as tmp:
-        cfg = TrainConfig(
-            output_dir=str(Path(tmp) / "run"),
-            max_steps=p["steps"],
-            per_device_train_batch_size=p["batch"],
-            learning_rate=p["learning_rate"],
-            lr_scheduler_type="cosine",
-            warmup_steps=p["warmup_steps"],
-            seed=p["seed"],
-            logging_steps=max(1, p["steps"] // 20),
-            extra={"disable_tqdm": not progress},
-        )
+        how = dict(max_steps=p["steps"], per_device_train_batch_size=p["batch"], learning_rate=p["learning_rate"], seed=p["seed"])
+        how |= dict(lr_scheduler_type="cosine", warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20))
+        cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), extra={"disable_tqdm": not progress}, **how)
         result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
         if not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
             # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
@@ -102,7 +91,6 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, **yarn):
     """The pretrained base model; with `wanted`, YaRN (rope.with_yarn's `factor`, `beta_fast`) for wanted / trained."""
-    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from longctx.levers import rope
@@ -112,7 +100,7 @@ def load_base(path: str | Path | None = None, *, wanted: int | None = None, **ya
     cfg = from_pretrained(AutoConfig, path)
     if wanted is not None:
         cfg = rope.with_yarn(cfg, trained, wanted, **yarn)
-    return from_pretrained(AutoModelForCausalLM, path, config=cfg, dtype=torch.float32).eval()
+    return from_pretrained(AutoModelForCausalLM, path, config=cfg, dtype=torch_dtype("fp32")).eval()
 
 
 def manifest(path: str | Path | None = None) -> dict:

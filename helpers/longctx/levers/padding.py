@@ -1,13 +1,12 @@
 """Padding for compiled accelerators: TRL's `pad_to_multiple_of` on a device, the batch shapes a trainer's own
 dataloader will produce (known before anything compiles), the trainer the lesson compiles, and which offer the option."""
 
-from __future__ import annotations
-
 import itertools
 import math
 from dataclasses import dataclass, fields, is_dataclass
 
 from longctx.errors import LongctxError
+from longctx.train import TrainConfig, make_trainer
 
 
 def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str = "cpu"):
@@ -71,8 +70,6 @@ def padded_config(
     """The TrainConfig of the trainer the lesson compiles (`config`: output_dir, max_length, seed, for_device):
     `pad_to_multiple_of` as TRL takes it (an int, None or "auto", which the trainer resolves for its device),
     torch.compile on `backend` when `compile`."""
-    from longctx.train import TrainConfig
-
     extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
     if compile:
         extra.update(torch_compile=True, torch_compile_backend=backend)
@@ -81,6 +78,4 @@ def padded_config(
 
 def padded_trainer(model, dataset, *, processing_class=None, **config):
     """The SFTTrainer the lesson compiles, built from `padded_config(**config)`."""
-    from longctx.train import make_trainer
-
     return make_trainer(model, dataset, padded_config(**config), processing_class=processing_class)

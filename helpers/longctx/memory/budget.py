@@ -1,11 +1,6 @@
-"""Where training memory goes before activations: weights, gradients, optimizer state.
-
-The fine-tuning primer's arithmetic, written to be checked byte for byte against a measured step: AdamW keeps two
-moment tensors per trainable element and one scalar `step` tensor per trainable parameter tensor (which matters for
-an exact match on a tiny model and vanishes on a 7B one).
-"""
-
-from __future__ import annotations
+"""Where training memory goes before activations: weights, gradients, optimizer state. The fine-tuning primer's
+arithmetic, checked byte for byte against a measured step: AdamW keeps two moment tensors per trainable element and one
+scalar `step` tensor per trainable parameter tensor (which matters for an exact match on a tiny model, not on a 7B one)."""
 
 from dataclasses import asdict, dataclass
 
@@ -47,11 +42,10 @@ def training_budget(
     """Bytes for weights, gradients and AdamW state, before any activation.
 
     full:  every weight is trained; gradients in `grad_dtype` (default: the weight dtype).
-    lora:  the base weights are frozen (no gradient, no optimizer state); `trainable_params` adapter
-           weights in `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.
+    lora:  the base weights are frozen (no gradient, no optimizer state); `trainable_params` adapter weights in
+           `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.
     qlora: as lora, with the frozen base stored in 4 bits (`weight_dtype="nf4"`).
-    `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor.
-    """
+    `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor."""
     check_choice("method", method, METHODS)
     dtypes = dict(weight_dtype=weight_dtype, grad_dtype=grad_dtype, state_dtype=state_dtype, adapter_dtype=adapter_dtype)
     for name, dt in dtypes.items():

@@ -1,12 +1,8 @@
-"""Fake stand-ins for the GPU kernels a CUDA training step runs, for the estimator.
-
-A CPU-only torch cannot run autograd on fake *CUDA* tensors (the engine asks for a CUDA stream), so the estimator
-traces on fake CPU tensors and `compat.gpu_dispatch()` routes the device-dependent calls here. What cannot run on a CPU
-(Triton, FlashAttention) is replaced by functions that compute nothing but allocate exactly the outputs and scratch the
-real kernels allocate, so the tracker sees the GPU's bytes.
-"""
-
-from __future__ import annotations
+"""Fake stand-ins for the GPU kernels a CUDA training step runs, for the estimator. A CPU-only torch cannot run
+autograd on fake *CUDA* tensors (the engine asks for a CUDA stream), so the estimator traces on fake CPU tensors and
+`compat.gpu_dispatch()` routes the device-dependent calls here. What cannot run on a CPU (Triton, FlashAttention) is
+replaced by functions that compute nothing but allocate exactly the outputs and scratch the real kernels allocate, so
+the tracker sees the GPU's bytes."""
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -19,16 +15,14 @@ def _round_up(n: int, to: int) -> int:
 
 
 class FlashAttention(torch.autograd.Function):
-    """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`,
-    vendored by PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout.
+    """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`, vendored
+    by PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout.
 
-    forward (`mha_fwd`): the output in (batch, seq, heads, head_dim) memory and the fp32 softmax
-    log-sum-exp (batch, heads, seq); it saves q, k, v, out and the log-sum-exp.
-    backward (`mha_bwd`): dq, dk, dv like their inputs, plus scratch alive while the kernel runs:
-    `softmax_d` fp32 (batch, heads, seq rounded to 128), `dq_accum` fp32 (batch, seq rounded to 128,
-    heads, head_dim rounded to 32), and with grouped K/V heads `dk_expanded`/`dv_expanded` at the
-    query's head count.
-    """
+    forward (`mha_fwd`): the output in (batch, seq, heads, head_dim) memory and the fp32 softmax log-sum-exp (batch,
+    heads, seq); it saves q, k, v, out and the log-sum-exp.
+    backward (`mha_bwd`): dq, dk, dv like their inputs, plus scratch alive while the kernel runs: `softmax_d` fp32
+    (batch, heads, seq rounded to 128), `dq_accum` fp32 (batch, seq rounded to 128, heads, head_dim rounded to 32), and
+    with grouped K/V heads `dk_expanded`/`dv_expanded` at the query's head count."""
 
     @staticmethod
     def forward(ctx, q, k, v):
@@ -54,9 +48,7 @@ class FlashAttention(torch.autograd.Function):
         return grads
 
 
-def flash_attention(q, k, v):
-    """Attention through the FlashAttention-2 stand-in; returns SDPA's (batch, heads, seq, head_dim)."""
-    return FlashAttention.apply(q, k, v)
+flash_attention = FlashAttention.apply  # the FlashAttention-2 stand-in, in and out in SDPA's (batch, heads, seq, head_dim)
 
 
 def sdpa_as_cuda(original):

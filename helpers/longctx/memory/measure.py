@@ -1,12 +1,8 @@
-"""Measure the memory of one real training step with torch's own tracker.
-
-`torch.distributed._tools.mem_tracker.MemTracker` files every tensor storage created inside its context under
-parameter, buffer, gradient, activation, temporary or optimizer state. We add a timeline (the live bytes per category
-after each operator, with the step's phase) and a census of the activations alive when the forward pass ends. The
-estimator runs the same tracker under FakeTensorMode, so measured and estimated profiles are built by the same code.
-"""
-
-from __future__ import annotations
+"""Measure the memory of one real training step with torch's own tracker: `torch.distributed._tools.mem_tracker.
+MemTracker` files every tensor storage created inside its context under parameter, buffer, gradient, activation,
+temporary or optimizer state. We add a timeline (the live bytes per category after each operator, with the step's phase)
+and a census of the activations alive when the forward pass ends. The estimator runs the same tracker under
+FakeTensorMode, so measured and estimated profiles are built by the same code."""
 
 import weakref
 from collections import Counter
@@ -22,8 +18,7 @@ from longctx.errors import LongctxError
 from longctx.memory.profile import MemoryProfile
 from longctx.units import CATEGORIES, GIB, PHASES
 
-_TRACKER_NAMES = dict(Parameter="parameters", Buffer="buffers", Gradient="gradients", Optstate="optimizer")
-_TRACKER_NAMES.update(Activation="activations", Temp="temporaries", Other="other")
+_TRACKER_NAMES = dict(zip(("Parameter", "Buffer", "Gradient", "Optstate", "Activation", "Temp", "Other"), CATEGORIES))
 
 
 def tensor_device(spec) -> torch.device:
@@ -42,11 +37,10 @@ def tensor_device(spec) -> torch.device:
 
 
 class TimelineTracker(FrozenParamsMemTracker):
-    """MemTracker that keeps the live bytes per category on `device` after every operator, the bytes on
-    `host` (offloaded tensors, plus `host_counter()`: a CPU HostPool), and the sizes of the activations alive at the
-    end of the forward pass. It skips MemTracker's per-module peak bookkeeping (a scan of every module after every
-    operator): we read the whole-step timeline instead, which makes a 36-layer fake step minutes faster.
-    """
+    """MemTracker that keeps the live bytes per category on `device` after every operator, the bytes on `host`
+    (offloaded tensors, plus `host_counter()`: a CPU HostPool), and the sizes of the activations alive at the end of the
+    forward pass. It skips MemTracker's per-module peak bookkeeping (a scan of every module after every operator): we
+    read the whole-step timeline instead, which makes a 36-layer fake step minutes faster."""
 
     def __init__(self, device="cpu", host=None, band_bytes: int = 0, host_counter: Callable[[], int] | None = None) -> None:
         super().__init__()
@@ -78,12 +72,8 @@ class TimelineTracker(FrozenParamsMemTracker):
 
     def _layer(self) -> int:
         # In backward a layer's hooks may fire before the layer above has left: the lower one is running.
-        running = [
-            int(i)
-            for head, _, i in (n.rpartition(".") for n in self._mod_tracker.parents)
-            if i.isdigit() and head.endswith("layers")
-        ]
-        return min(running, default=-1)
+        names = (n.rpartition(".") for n in self._mod_tracker.parents)
+        return min((int(i) for head, _, i in names if i.isdigit() and head.endswith("layers")), default=-1)
 
     def _activation_here(self, winfo) -> bool:
         return winfo is not None and winfo.reftype == _MemRefType.ACT and winfo.device == self.device
@@ -123,7 +113,7 @@ class TimelineTracker(FrozenParamsMemTracker):
     def _update_peak_stats(self, peak_state) -> None:  # MemTracker calls this after every operator
         self.record()
 
-    def run(self, step, model, optimizer) -> TimelineTracker:
+    def run(self, step, model, optimizer) -> "TimelineTracker":
         """Track `step()` with `model` and `optimizer` (made before it) registered, so their tensors are filed under
         parameters, buffers and optimizer state rather than "other"."""
         self.track_external(model, optimizer)

@@ -1,7 +1,5 @@
 """MemoryProfile: what one training step kept alive, by category, over time."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 import numpy as np

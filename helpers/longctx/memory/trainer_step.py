@@ -1,28 +1,28 @@
 """Measure one real Trainer step: the trainer's own `training_step` (forward, loss, backward) and its
 optimizer's `step`, on a batch from the trainer's own dataloader."""
 
-from __future__ import annotations
-
 from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
-from longctx.memory.profile import MemoryProfile
 from longctx.train import TrainConfig, host_pool, make_trainer
 
 
-def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
-    """MemoryProfile of one optimizer step of `trainer`, set up as train() sets up its first step: the optimizer
-    created, checkpointing (or the CPU offload stand-in, TrainConfig(offload="host-pool")) on."""
+def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, batch_size=1, tiles=(None, None), **how):
+    """MemoryProfile of one real SFTTrainer optimizer step of `model` on `dataset`, with TrainConfig's `loss`,
+    `gradient_checkpointing` (here on by default) and `offload` from `how`, its fused-head tile set to `tiles` = (rows,
+    vocabulary columns; None keeps TRL's), set up as train() sets up its first step: the optimizer created,
+    checkpointing (or the CPU offload stand-in) on."""
+    how = {"gradient_checkpointing": True, "max_steps": 1, "extra": {"disable_tqdm": True}, **how}
+    cfg = TrainConfig(output_dir=output_dir, per_device_train_batch_size=batch_size, **how)
+    trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
     model, pool = trainer.model, host_pool(trainer)
-    if batch is None:  # the first training batch exactly as the trainer would feed it (collated, on its device)
-        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    # the first training batch exactly as the trainer would feed it (collated, on its device)
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     trainer.create_optimizer()
     model.train()
     if pool is not None:
         pool.install(model)
-    elif trainer.args.activation_checkpointing:  # as Trainer.train() turns it on
-        ckpt = dict(trainer.args.activation_checkpointing_kwargs or {})
-        every, offload = ckpt.pop("every_n_layers", 1), ckpt.pop("offload", False)
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt or None, every_n_layers=every, offload=offload)
+    elif cfg.gradient_checkpointing:  # as Trainer.train() turns it on (TrainConfig's only checkpointing setting: offload)
+        model.activation_checkpointing_enable(offload=cfg.offload is True)
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # train() sets it too
     losses = []
 
@@ -32,7 +32,8 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
 
     tokens = int(batch["input_ids"].numel())
     band = tokens * model.config.get_text_config().hidden_size * next(model.parameters()).element_size()
-    profile = measure(step, model=model, optimizer=trainer.optimizer, band_bytes=band, host_pool=pool)
+    with fused_head_tiles(*tiles):
+        profile = measure(step, model=model, optimizer=trainer.optimizer, band_bytes=band, host_pool=pool)
     trainable = [p for p in model.parameters() if p.requires_grad]
     profile.note(
         "trainer_step",
@@ -44,25 +45,3 @@ def trainer_step_profile(trainer, batch=None) -> MemoryProfile:
         **(pool.summary() if pool is not None else {}),
     )
     return profile
-
-
-def sft_step_profile(
-    model,
-    dataset,
-    *,
-    loss: str = "chunked",
-    output_dir: str,
-    processing_class=None,
-    gradient_checkpointing: bool = True,
-    offload=False,
-    batch_size: int = 1,
-    tiles=(None, None),
-) -> MemoryProfile:
-    """One real SFTTrainer step of `model` on `dataset` with the given loss and offload mode (see
-    TrainConfig.offload), its fused-head tile set to `tiles` = (rows, vocabulary columns); None keeps
-    TRL's default."""
-    how = dict(loss=loss, per_device_train_batch_size=batch_size, gradient_checkpointing=gradient_checkpointing, offload=offload)
-    cfg = TrainConfig(output_dir=output_dir, max_steps=1, extra={"disable_tqdm": True}, **how)
-    trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
-    with fused_head_tiles(*tiles):
-        return trainer_step_profile(trainer)

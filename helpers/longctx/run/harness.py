@@ -2,8 +2,6 @@
 (ci: the tests, seconds; cpu: the lesson on a laptop; gpu: full size; rehearsal: the gpu size with only the hardware
 swapped, so its code paths run on a CPU). Parameters and the machine are checked once, before a kernel starts."""
 
-from __future__ import annotations
-
 import ast
 import contextlib
 import json
@@ -14,12 +12,14 @@ from collections import namedtuple
 from pathlib import Path
 from unittest import mock
 
+import nbformat
 import yaml
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
+from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
-from longctx.paths import build_dir, data_dir, notebooks_dir, user_path
+from longctx.paths import CORPUS, build_dir, data_dir, notebooks_dir, user_path
 from longctx.run import needs, schema
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
@@ -95,8 +95,6 @@ def _size_file(notebook: Path, size: str) -> dict:
 
 def declared_parameters(notebook: Path) -> dict:
     """The names and default values of the notebook's `parameters` cell."""
-    import nbformat
-
     try:
         nb = nbformat.read(notebook, as_version=4)
         nbformat.validate(nb)
@@ -167,8 +165,6 @@ def split_top_level(text: str) -> list[str]:
 def _absolute(value):
     """A relative path that exists here, made absolute (the kernel runs in the output folder); names the library
     gives a meaning (a preset, "base", the corpus) stay names, whatever the current folder holds."""
-    from longctx.data import CORPUS
-
     if not isinstance(value, str) or value in PRESETS or value in ("base", CORPUS) or Path(value).is_absolute():
         return value
     path = user_path(value, "The path", resolve=True)
@@ -189,8 +185,6 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         if isinstance(values.get(key), str):
             check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
     if notebook.stem == "02_yarn" and merged.get("MODEL") == "base":  # the committed base model
-        from longctx.levers.base_model import manifest
-
         manifest()
 
 
@@ -208,7 +202,6 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
 
 def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Path | None = None, progress=True) -> RunResult:
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/)."""
-    import nbformat
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
 
@@ -244,9 +237,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
                 "cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run it again."
             )
             failed = NotebookFailed(f"{notebook.stem}: {why}", OOM_KILLED if killed else "DeadKernelError", str(exc))
-            try:
-                json.loads(writing.read_bytes())  # papermill may or may not have written it whole after the death
-            except (OSError, ValueError):
+            if files.json_object(writing) is None:  # papermill may or may not have written it whole after the death
                 raise failed from None
         nb = nbformat.read(writing, as_version=4)
         for cell in (c for c in nb.cells if c.cell_type == "code"):  # without progress bars' widgets (_WIDGET)

@@ -1,8 +1,6 @@
 """What each notebook size needs (accelerator, GPUs, memory, hub, disk, minutes), from notebooks/params/needs.yaml,
 and the check that refuses a size this machine lacks before a kernel starts (`longctx list` and the README show it)."""
 
-from __future__ import annotations
-
 import json
 import os
 import shutil

@@ -1,8 +1,6 @@
 """Each notebook's parameters checked once, before a kernel starts, against notebooks/params/<notebook>/schema.yaml: a
 JSON Schema of names, types and ranges validated by jsonschema, plus the relations it cannot state (`x-relations`)."""
 
-from __future__ import annotations
-
 import contextlib
 import math
 import os
@@ -49,7 +47,7 @@ def _card(value, context):
 def _weights(value, context):
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, "base"):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
-            if is_local_config(user_path(value, "The model")) and not has_weights(value):
+            if is_local_config(path := user_path(value, "The model")) and not has_weights(path):
                 return (
                     "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
                     "a config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"

@@ -1,22 +1,25 @@
 """The `longctx` command: run notebooks, build data, estimate memory."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import errno
+import importlib.util
 import json
 import logging
 import os
 import signal
 import sys
 import traceback
+from functools import partial
 
 from longctx import versions
 from longctx.errors import LongctxError
 from longctx.lengths import parse_length
+from longctx.levers import base_model
+from longctx.memory import cards
 from longctx.models import PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
+from longctx.tools import figures, lab, site
 
 CARDS = "a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) or a number of GiB"
 
@@ -48,15 +51,11 @@ def _cmd_sweep(args) -> None:
 
 
 def _cmd_figures(args) -> None:
-    from longctx.tools import figures
-
     out = figures.regenerate(args.size, args.out, progress=not args.quiet, force=args.force)
     print(f"{len(figures.GUIDE_FIGURES)} guide figures (PNG + SVG) and index.md → {out}")
 
 
 def _cmd_pretrain(args) -> None:
-    from longctx.levers import base_model
-
     kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k) is not None}
     out = base_model.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
     print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
@@ -100,10 +99,6 @@ def _cmd_data(args) -> None:
 
 
 def _cmd_lab(args) -> None:
-    import importlib.util
-
-    from longctx.tools import lab
-
     if importlib.util.find_spec("jupyterlab") is None:
         raise LongctxError("JupyterLab is not installed in this environment: pip install -e '.[lab]' (or `make lab`).")
     root = user_path(args.folder, "The folder") if args.folder else notebooks_dir()
@@ -119,8 +114,6 @@ def _cmd_lab(args) -> None:
 
 
 def _cmd_site(args) -> None:
-    from longctx.tools import site
-
     out = site.build(args.size, args.out, progress=not args.quiet)
     print(f"site of the {args.size} run → {out / 'index.html'}")
 
@@ -131,9 +124,6 @@ def _cmd_presets(args) -> None:
 
 
 def _cmd_estimate(args) -> None:
-    from functools import partial
-
-    from longctx.memory import cards
     from longctx.memory.estimate import estimate
 
     if args.gpu is not None:
@@ -155,8 +145,7 @@ def _cmd_estimate(args) -> None:
         f"{', tiled MLP' if args.tiled_mlp else ''}): "
         f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
         f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
-        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, "
-        f"{args.optim} AdamW)"
+        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, {args.optim} AdamW)"
     )
     if (mask := summary["attention_mask_gib"]) > 0:
         window = f" (sliding window of {summary['sliding_window']:,} tokens)" if summary["sliding_window"] else ""
@@ -171,7 +160,6 @@ def _cmd_estimate(args) -> None:
 
 
 def _cmd_plan(args) -> None:
-    from longctx.memory import cards
     from longctx.memory.plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
@@ -190,8 +178,6 @@ def _flag(*names, **kwargs) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from longctx.levers.base_model import BASE
-
     size = _flag("--size", default="cpu", help="ci | cpu | gpu | rehearsal (default cpu; see `longctx list`)")
     out = _flag("--out", default=None, help="folder to write (default: the command's own under build/)")
     quiet = _flag("-q", "--quiet", action="store_true", help="no progress bar")
@@ -226,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
     command("figures", _cmd_figures, "regenerate every guide figure into one folder, with an index page", size, out, force, quiet)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
-    for key, value in BASE.items():
+    for key, value in base_model.BASE.items():
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
     p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")

@@ -1,9 +1,6 @@
 """`longctx lab`: JupyterLab on the lessons with no pop-up about Jupyter news, no update check, and the environment's
-own kernel as default. The settings go into longctx's own file under the environment's JupyterLab
-`settings/overrides.d/` (read after JupyterLab's defaults, before the user's choices), so no setting of theirs is
-touched."""
-
-from __future__ import annotations
+own kernel as default. The settings go into longctx's own file under the environment's JupyterLab `settings/overrides.d/`
+(read after JupyterLab's defaults, before the user's choices), so no setting of theirs is touched."""
 
 import json
 import os

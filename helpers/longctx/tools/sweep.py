@@ -3,8 +3,6 @@ finished (`point.json` with its key: Sweep.key), so a sweep resumes and leaves n
 result ("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
 SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
 
-from __future__ import annotations
-
 import contextlib
 import csv
 import hashlib
@@ -20,17 +18,22 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from longctx import children, files
+import psutil
+from filelock import FileLock, Timeout
+from tqdm.auto import tqdm
+
+from longctx import children, data, files
 from longctx.errors import LongctxError, check_choice
 from longctx.levers.base_model import checkpoint_dir
+from longctx.notebook import jsonable, write_json_atomic
 from longctx.paths import REPO, build_dir, data_dir, slug, user_path
-from longctx.run.needs import PATH_PARAMETERS, machine
+from longctx.run import harness, needs
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 # the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the notebook runner
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
-OOM_NAMES = ("OutOfMemoryError", "MemoryError", "OutOfMemoryKill")  # the last: harness.OOM_KILLED
+OOM_NAMES = ("OutOfMemoryError", "MemoryError", harness.OOM_KILLED)
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
 OOM_WORDS = ("out of memory", "can't allocate memory")
 
@@ -38,17 +41,15 @@ OOM_WORDS = ("out of memory", "can't allocate memory")
 def parse_grid(items: list[str]) -> dict[str, list]:
     """`["SEQ_LEN=256,512", "LOSS=plain,chunked"]` → {"SEQ_LEN": [256, 512], "LOSS": ["plain", "chunked"]}.
     Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
-    from longctx.run.harness import parse_value, split_top_level
-
     grid: dict[str, list] = {}
     for item in items:
         key, _, raw = item.partition("=")
-        if not (values := [v for v in split_top_level(raw) if v.strip()]):
+        if not (values := [v for v in harness.split_top_level(raw) if v.strip()]):
             raise LongctxError(f"Grid entry {item!r} has no values: write KEY=V1,V2,...")
         if key.strip() in grid:
             raise LongctxError(f"Grid key {key!r} is given twice.")
         grid[key.strip()] = parsed = []
-        for value in map(parse_value, values):  # values equal after parsing (32, 032, 32.0) are one point
+        for value in map(harness.parse_value, values):  # values equal after parsing (32, 032, 32.0) are one point
             if not any(value == p and isinstance(value, bool) == isinstance(p, bool) for p in parsed):
                 parsed.append(value)
     return grid
@@ -66,9 +67,7 @@ class Sweep:
     machine: str | None = None
 
     def __post_init__(self) -> None:
-        from longctx.run.harness import check_parameters, declared_parameters, resolve, size_params
-
-        path = resolve(self.notebook)
+        path = harness.resolve(self.notebook)
         self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
         if not self.grid:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
@@ -76,9 +75,10 @@ class Sweep:
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
         if (count := math.prod(len(v) for v in self.grid.values())) > MAX_POINTS:
             raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
-        self._base, self._defaults = size_params(path, self.size), declared_parameters(path)  # an unknown size refused
+        self._base = harness.size_params(path, self.size)  # an unknown size refused
+        self._defaults = harness.declared_parameters(path)
         for point in self.points():  # every point's names, types and ranges, before anything runs
-            check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
+            harness.check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         self.out = files.claim_folder(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", write=False)
 
         code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
@@ -91,12 +91,8 @@ class Sweep:
         # `longctx data` records the SHA-256 of every file it writes in data/manifest.json, rewritten on a rebuild;
         # the sizes and times of those files catch an edit by hand. No data file is read.
         manifest = data_dir() / "manifest.json"
-        raw = manifest.read_bytes() if manifest.is_file() else b"{}"
-        try:
-            listed = dict(json.loads(raw))
-        except (TypeError, ValueError):  # damaged: its own hash still names this state, and `longctx data --verify` says so
-            listed = {}
-        self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), listed)]
+        raw = manifest.read_bytes() if manifest.is_file() else b"{}"  # damaged, its hash still names this state
+        self._data = [hashlib.sha256(raw).hexdigest(), _stats(data_dir(), files.json_object(manifest) or {})]
 
     def points(self) -> list[dict]:
         return [dict(zip(self.grid, values)) for values in itertools.product(*self.grid.values())]
@@ -109,7 +105,7 @@ class Sweep:
         """What determines the point's result — the notebook's source, its parameters after overrides, the library
         versions, the machine, the files it reads — hashed: a finished point is reused only under the same key."""
         if self.machine is None:
-            here = machine()
+            here = needs.machine()
             self.machine = f"{here.accelerator} {list(here.memory_bytes)}"
         identity = [self.notebook, self.size, self.params(point), self._versions, self._source, self._inputs(point), self.machine]
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=repr).encode()).hexdigest()[:12]
@@ -117,7 +113,7 @@ class Sweep:
     def _inputs(self, point: dict) -> dict:
         """The identity of the local files a point reads: model folders and datasets its parameters name (the
         base model for "base"), and data/. Replaced weights or edited data make a new experiment."""
-        named = {k: v for k, v in self.params(point).items() if k in PATH_PARAMETERS and isinstance(v, str)}
+        named = {k: v for k, v in self.params(point).items() if k in needs.PATH_PARAMETERS and isinstance(v, str)}
         paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
         found = {k: _stats(p, p.rglob("*")) if p.is_dir() else _stats(p.parent, [p.name]) for k, p in paths.items() if p.exists()}
         return found | {"data": self._data}
@@ -153,19 +149,12 @@ def is_done(folder: Path, key: str | None = None) -> bool:
 
 def _read_record(folder: Path) -> dict:
     """A point's record; one absent, damaged or not a regular file (a FIFO would block) reads as not finished."""
-    with contextlib.suppress(OSError, ValueError):
-        record = json.loads((folder / "point.json").read_text()) if (folder / "point.json").is_file() else None
-        if isinstance(record, dict):
-            return record
-    return {"status": "missing"}
+    return files.json_object(folder / "point.json") or {"status": "missing"}
 
 
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
     """Execute one point into `folder` atomically and return its record (also written as point.json).
     Safe to call in another process (SLURM job, pool worker)."""
-    from longctx.notebook import write_json_atomic
-    from longctx.run import harness
-
     folder = Path(folder)
     if is_done(folder, key):
         return _read_record(folder)
@@ -210,12 +199,7 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
         raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, got {jobs}.")
     if executor == "slurm" and sweep.machine is None:
         sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
-    from filelock import FileLock, Timeout
-
-    from longctx.data import require_corpus
-    from longctx.run import needs
-
-    require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
+    data.require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
@@ -237,9 +221,6 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
 
 
 def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str | None, progress: bool) -> Path:
-    import psutil
-    from tqdm.auto import tqdm
-
     (sweep.out / "points").mkdir(parents=True, exist_ok=True)
     for stale in (sweep.out / "points").glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
         host, _, pid = stale.name.rpartition(".tmp-")[2].rpartition("-")
@@ -311,21 +292,15 @@ def table(sweep: Sweep) -> list[dict]:
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
-    from longctx.notebook import jsonable
-
+    """sweep.csv, and with `metric` its plot against the first grid key: one line per combination of the other keys,
+    failed points (out of memory included) marked on the x axis."""
     rows, path = table(sweep), sweep.out / "sweep.csv"
     with files.atomic(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows({k: json.dumps(jsonable(v)) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in rows)
-    if metric:
-        plot_metric(sweep, rows, metric)
-    return path
-
-
-def plot_metric(sweep: Sweep, rows: list[dict], metric: str) -> None:
-    """`metric` against the first grid key, one line per combination of the other keys; failed points
-    (out of memory included) are marked on the x axis."""
+    if not metric:
+        return path
     from longctx import plots
 
     first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
@@ -343,3 +318,4 @@ def plot_metric(sweep: Sweep, rows: list[dict], metric: str) -> None:
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
+    return path
