@@ -3,8 +3,6 @@
 figures are peaks on 80 GB GPUs. The lessons print them beside their own numbers and the tests hold the estimates to them
 within `rel`, each tolerance with its `why`. The guide's "GB" is read as GiB, which nvidia-smi and torch.cuda print as GB."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 _TRACED = (

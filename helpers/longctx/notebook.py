@@ -5,8 +5,6 @@ claims with `session.record(...)` and ends with `session.save()`. Run by `longct
 harness's (LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import platform

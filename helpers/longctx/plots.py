@@ -2,8 +2,6 @@
 the data a library function returned, draws on `ax=` (a new figure when None) and returns the axes, so a notebook
 can compose panels."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
 from pathlib import Path

@@ -4,8 +4,6 @@ The autograd function is DeepSpeed's own (`deepspeed.runtime.sequence_parallel.u
 onto each layer's MLP the way ALST does it; a shard's `L/shards × intermediate` activations are alive instead of all
 `L × intermediate` of them."""
 
-from __future__ import annotations
-
 import math
 import types
 

@@ -2,8 +2,6 @@
 it meets (about a minute each); on a CPU, torch.compile with automatic dynamic shapes off does the same and stands in.
 `padding.shape_census` lists the shapes a trainer will be fed: `CompileStructure.predict` counts compiles in advance."""
 
-from __future__ import annotations
-
 import contextlib
 import time
 from collections import Counter
@@ -34,7 +32,7 @@ class CompileCounter:
         began = self._started.pop((args.callback_trigger, args.compile_id), time.perf_counter())
         self.events.append((args.callback_trigger.name, time.perf_counter() - began))
 
-    def __enter__(self) -> CompileCounter:
+    def __enter__(self) -> "CompileCounter":
         from torch._dynamo import callback
 
         callback.on_compile_start(self._start)
@@ -100,7 +98,7 @@ class CompileStructure:
         return self.once + self.per_shape * len(census.distinct)
 
 
-def compile_structure(probe: CompiledRun) -> CompileStructure:
+def compile_structure(probe: "CompiledRun") -> CompileStructure:
     """From a probe of two steps on two shapes: the second step's compiles are what any new shape costs; what the
     first step compiled beyond that happens once."""
     if len(probe.step_compiles) != 2 or len(probe.census.distinct) != 2:

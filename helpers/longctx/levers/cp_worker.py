@@ -2,8 +2,6 @@
 parallel.launch): one real TRL SFTTrainer step on one process ("single"), with context parallelism ("cp") or with
 DeepSpeed Ulysses ("sp"). Each rank writes rank<r>.json (loss, step time, memory); rank 0 also grads.pt."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -1,8 +1,6 @@
 """Neuron (AWS Trainium) specifics the lessons need without a Neuron device: which core sets the runtime accepts, and
 which torch.compile backend a device compiles with."""
 
-from __future__ import annotations
-
 from longctx.errors import LongctxError
 
 # The guide: NEURON_RT_VISIBLE_CORES accepts these subsets of a trn2.3xlarge's 4 logical cores; other

@@ -3,8 +3,6 @@ torch's ring attention; causal only, each rank holding two chunks, for load bala
 all-to-all swaps the token split for a head split around attention). `launch()` runs `cp_worker` on N processes
 through torchrun (gloo on CPUs, NCCL on GPUs), refusing before any starts, failing with the run's own error text."""
 
-from __future__ import annotations
-
 import json
 import os
 import shutil

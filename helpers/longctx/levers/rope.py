@@ -1,8 +1,6 @@
 """YaRN position rescaling: the exact transformers 5.24 `rope_parameters` for a model trained on `trained` positions
 and asked to handle `wanted` positions, with the inconsistent settings refused."""
 
-from __future__ import annotations
-
 import numpy as np
 
 from longctx import guide

@@ -1,8 +1,6 @@
 """The YaRN lesson's measurements: models loaded with or without YaRN (the pretrained base, `base_model`, or a hub /
 local model), text windows, and per-token loss along a sequence (statistics of it: `curves`)."""
 
-from __future__ import annotations
-
 import contextlib
 import gc
 

@@ -4,8 +4,6 @@ dtype; one warm-up step creates AdamW's state; then forward, loss, backward and 
 measurement's tracker. Offload is modelled as transformers implements it (`save_on_cpu` around each checkpointed layer),
 the `meta` device standing in for host memory."""
 
-from __future__ import annotations
-
 import contextlib
 import time
 

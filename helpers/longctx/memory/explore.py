@@ -1,8 +1,6 @@
 """`explore()`: the full-size estimator behind a few controls in JupyterLab — model, length, levers, GPUs, card —
 redrawing the step's peak by category and the verdict against the card at each change (fast path: memory/repeat.py)."""
 
-from __future__ import annotations
-
 from functools import lru_cache
 
 from longctx.errors import LongctxError

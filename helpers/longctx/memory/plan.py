@@ -7,8 +7,6 @@ The first step that fits is the cheapest combination. Every step is a fake-tenso
 (`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers.
 """
 
-from __future__ import annotations
-
 from tqdm.auto import tqdm
 
 from longctx import children, models

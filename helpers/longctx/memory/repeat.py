@@ -6,8 +6,6 @@ and last layers are kept as traced; the optimizer's stretch (and under CP, FSDP2
 repeated block per layer. Anything else raises
 NotRepeating and the caller traces every layer (tests/test_estimate.py holds the extension to the full trace)."""
 
-from __future__ import annotations
-
 import copy
 import itertools
 

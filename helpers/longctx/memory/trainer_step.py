@@ -21,8 +21,10 @@ def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, 
     model.train()
     if pool is not None:
         pool.install(model)
-    elif cfg.gradient_checkpointing:  # as Trainer.train() turns it on (TrainConfig's only checkpointing setting: offload)
-        model.activation_checkpointing_enable(offload=cfg.offload is True)
+    elif trainer.args.activation_checkpointing:  # as Trainer.train() turns it on, every_n_layers and offload popped
+        ckpt = dict(trainer.args.activation_checkpointing_kwargs or {})
+        every, offload = ckpt.pop("every_n_layers", 1), ckpt.pop("offload", False)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt or None, every_n_layers=every, offload=offload)
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # train() sets it too
     losses = []
 

@@ -2,8 +2,6 @@
 from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
 site opens from disk (file://) as well as from any static web server."""
 
-from __future__ import annotations
-
 import contextlib
 import importlib.util
 import json
