@@ -3,8 +3,8 @@ identical layers run the same operators on the same shapes: each pass is the str
 layer, the stretch after; every row is affine in the depth (one more layer's weights, gradients, state, saved input) and,
 in a middle layer's stretch, in its index. The 4-layer trace gives one index step, the 3-layer one a depth step; the first
 and last layers are kept as traced; the optimizer's stretch (and under CP, FSDP2's setup before the layers) gains one
-repeated block per layer. Anything else raises
-NotRepeating and the caller traces every layer (tests/test_estimate.py holds the extension to the full trace)."""
+repeated block per layer. Anything else raises NotRepeating and the caller traces every layer (tests/test_estimate.py
+holds the extension to the full trace)."""
 
 import copy
 import itertools
