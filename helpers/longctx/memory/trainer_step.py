@@ -14,18 +14,8 @@ def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, 
     how = {"gradient_checkpointing": True, "max_steps": 1, "extra": {"disable_tqdm": True}, **how}
     cfg = TrainConfig(output_dir=output_dir, per_device_train_batch_size=batch_size, **how)
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
-    model, pool = trainer.model, host_pool(trainer)
-    # the first training batch exactly as the trainer would feed it (collated, on its device)
-    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
-    trainer.create_optimizer()
-    model.train()
-    if pool is not None:
-        pool.install(model)
-    elif trainer.args.activation_checkpointing:  # as Trainer.train() turns it on, every_n_layers and offload popped
-        ckpt = dict(trainer.args.activation_checkpointing_kwargs or {})
-        every, offload = ckpt.pop("every_n_layers", 1), ckpt.pop("offload", False)
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt or None, every_n_layers=every, offload=offload)
-    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # train() sets it too
+    batch, pool = first_step(trainer)
+    model = trainer.model
     losses = []
 
     def step():
@@ -47,3 +37,21 @@ def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, 
         **(pool.summary() if pool is not None else {}),
     )
     return profile
+
+
+def first_step(trainer):
+    """Set `trainer` up as train() sets up its first step: the optimizer created, the model in training mode,
+    checkpointing (or the CPU offload stand-in) on. Returns the first training batch exactly as the trainer would feed
+    it (collated, on its device) and the host pool (None without offload="host-pool")."""
+    model, pool = trainer.model, host_pool(trainer)
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    trainer.create_optimizer()
+    model.train()
+    if pool is not None:
+        pool.install(model)
+    elif trainer.args.activation_checkpointing:  # as Trainer.train() turns it on, every_n_layers and offload popped
+        ckpt = dict(trainer.args.activation_checkpointing_kwargs or {})
+        every, offload = ckpt.pop("every_n_layers", 1), ckpt.pop("offload", False)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=ckpt or None, every_n_layers=every, offload=offload)
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # train() sets it too
+    return batch, pool
