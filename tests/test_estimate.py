@@ -394,6 +394,7 @@ def test_explore_redraws_the_estimate_when_a_control_changes():
     checkpointing = next(c for row in box.children[:2] for c in row.children if c.description == "checkpointing")
     checkpointing.value = False  # offload without checkpointing: the refusal is shown, not raised
     assert "needs gradient checkpointing" in box.state["error"]
+    box.close_all()  # closed here, not by the interpreter's exit (where ipykernel's comm manager is gone)
 
 
 def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):

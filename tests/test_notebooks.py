@@ -253,7 +253,9 @@ def test_02_yarn(ran):
 # executed a second time by the figures test: a measured memory profile and estimates (01), per-token losses
 # and a short fine-tune (02); 03 and 04 (another ~115 s of make test) are not, so their figures are
 # compared with themselves there and only their collection into the folder is checked
-RERUN_FOR_FIGURES = ("01_chunked_loss", "02_yarn")
+# one notebook run again: 02's figures come from trained models (the most exposed to nondeterminism), and it is
+# among the quickest at the ci size
+RERUN_FOR_FIGURES = ("02_yarn",)
 
 
 def test_figures_regenerate_identically(ran, tmp_path):

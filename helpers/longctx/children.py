@@ -39,10 +39,12 @@ def _pool_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops the workers itself
 
 
-def pool_map(fn, calls: list, workers: int, bar) -> list:
-    """`fn(call)` for each call on `workers` spawned processes, in order, counted on `bar` (a tqdm). Interrupted or
-    failing, it returns at once: the calls not started cancelled, the workers killed with everything below them."""
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_worker)
+def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
+    """`fn(call)` for each call on `workers` processes, in order, counted on `bar` (a tqdm). Interrupted or
+    failing, it returns at once: the calls not started cancelled, the workers killed with everything below them.
+    `start="fork"`: the workers begin with this process's imports (only for a caller of one thread that has run no
+    torch kernels: the estimator on fake tensors)."""
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start), initializer=_pool_worker)
     results: list = [None] * len(calls)
     with bar:
         try:

@@ -7,6 +7,8 @@ The first step that fits is the cheapest combination. Every step is a fake-tenso
 (`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers.
 """
 
+import threading
+
 from tqdm.auto import tqdm
 
 from longctx import children, models
@@ -76,8 +78,14 @@ def plan(
     steps = ladder(
         gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, exact=exact
     )
+    # forked workers start with this process's imports (3 s each when spawned); fake tensors run no kernels, but only
+    # a process of one thread forks safely (a Jupyter kernel has several: its output streams), so check before tqdm's
+    start = "fork" if threading.active_count() == 1 else "spawn"
     bar = tqdm(total=len(steps), desc="plan: estimates", disable=not progress)
-    results = children.pool_map(_estimate, [(model, seq_len, kw) for _, kw in steps], workers, bar)
+    # the longest estimates (the most CP ranks) first, so that no worker is left alone with one at the end
+    order = sorted(range(len(steps)), key=lambda i: -steps[i][1].get("cp_size", 1))
+    done = children.pool_map(_estimate, [(model, seq_len, steps[i][1]) for i in order], workers, bar, start=start)
+    results = [done[order.index(i)] for i in range(len(steps))]
     rows = [
         {"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gib, "estimate_seconds": secs, "gpus": kw.get("cp_size", 1)}
         for (levers, kw), (peak, secs) in zip(steps, results)
