@@ -23,8 +23,9 @@ data: $(STAMP)
 lessons: data
 	$(BIN)/longctx all --size cpu
 
+# two workers on two cores (pytest-xdist; tests/conftest.py groups the tests that share a notebook run)
 test: data
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadgroup
 
 # the inner loop: everything but the tests that start notebook kernels or process launches (under 3 minutes)
 test-fast: data

@@ -2,14 +2,30 @@ import os
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported, here and in every kernel a test starts
+    # `make test` runs two workers on two cores: one thread each (two workers of two torch threads each doubled the
+    # CPU time, their OpenMP threads spinning while they wait)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
 # tests that run notebooks through these fixtures are `slow` (the `make test-fast` tier leaves them out)
 SLOW_FIXTURES = {"executed", "killed_then_resumed"}
+
+
+# `make test` spreads the tests over two workers (pytest-xdist, `--dist loadgroup`): each module is one unit, so its
+# module fixtures are built once; the modules that read the `ci` runs of every notebook share one unit, so each
+# notebook runs once; the longest units are sent first.
+SHARED_GROUPS = {"test_notebooks": "ci-runs", "test_site": "ci-runs"}
+FIRST = ["ci-runs", "test_rehearsal", "test_sweep", "test_estimate"]
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        module = item.module.__name__.rpartition(".")[2]
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
+    rank = {group: i for i, group in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(FIRST)))  # stable
 
 
 # Tests never write into the repository's build/: each session gets its own.
