@@ -23,7 +23,7 @@ data: $(STAMP)
 lessons: data
 	$(BIN)/longctx all --size cpu
 
-# two workers on two cores (pytest-xdist; tests/conftest.py groups the tests that share a notebook run)
+# two workers on two cores (pytest-xdist, one torch thread each: tests/conftest.py)
 test: data
 	$(BIN)/pytest -q -n 2 --dist loadgroup
 
