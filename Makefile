@@ -25,7 +25,7 @@ lessons: data
 
 # two workers on two cores (pytest-xdist, one torch thread each: tests/conftest.py)
 test: data
-	$(BIN)/pytest -q -n 2 --dist loadgroup
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # the inner loop: everything but the tests that start notebook kernels or process launches (under 3 minutes)
 test-fast: data

@@ -11,23 +11,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported, here and 
 SLOW_FIXTURES = {"executed", "killed_then_resumed"}
 
 
-# `make test` spreads the tests over two workers (pytest-xdist, `--dist loadgroup`). The groups below ask for each
-# module as one unit (its module fixtures built once) and one unit for the modules that read every notebook's `ci`
-# run. Known gap: xdist 3.8 under pytest 9.2 does not apply `xdist_group` here, not even a module's static
-# `pytestmark` (tried in a two-module toy: the group's tests went to both workers; `--dist loadfile` kept each module
-# on one). So the tests are spread one by one, and test_sweep's module fixture is built on both workers.
-SHARED_GROUPS = {"test_notebooks": "ci-runs", "test_site": "ci-runs"}
-FIRST = ["ci-runs", "test_rehearsal", "test_sweep", "test_estimate"]
+# `make test` spreads the tests over two workers (pytest-xdist, `--dist loadfile`: a module stays on one worker, so its
+# module fixtures are built once); the longest modules are sent first. (`--dist loadgroup` with `xdist_group` marks
+# would group across modules, but xdist 3.8 under pytest 9.2 does not apply the marks: tried on a two-module toy.)
+FIRST = ["test_notebooks", "test_rehearsal", "test_sweep", "test_estimate"]
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        module = item.module.__name__.rpartition(".")[2]
-        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(module, module)))
-    rank = {group: i for i, group in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(FIRST)))  # stable
+    rank = {module: i for i, module in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rpartition(".")[2], len(FIRST)))  # stable
 
 
 # Tests never write into the repository's build/: each session gets its own.

@@ -1,5 +1,5 @@
 """The static site in a real browser (its own target: `make site-check`; not part of `make test`, which checks the
-site's links without a browser in test_site.py).
+site's links without a browser in tests/test_notebooks.py).
 
 Headless Chromium (Debian's package, driven by Playwright) opens every page of the site from disk, as a reader
 who double-clicks index.html would: every image has loaded with a non-zero size, no page shows a Python
