@@ -1,4 +1,5 @@
-"""Every notebook runs headless at the `ci` size; its results.json is checked here."""
+"""Every notebook runs headless at the `ci` size; its results.json is checked here, and the static site built from
+those runs."""
 
 import json
 import re
@@ -252,11 +253,9 @@ def test_02_yarn(ran):
     assert res["exercise_3_passed"]  # the solution the exercise shows passes its own check
 
 
-# executed a second time by the figures test: a measured memory profile and estimates (01), per-token losses
-# and a short fine-tune (02); 03 and 04 (another ~115 s of make test) are not, so their figures are
+# executed a second time by the figures test: 02 (per-token losses and a short fine-tune: trained models, the most
+# exposed to nondeterminism, and among the quickest at the ci size); the others are not, so their figures are
 # compared with themselves there and only their collection into the folder is checked
-# one notebook run again: 02's figures come from trained models (the most exposed to nondeterminism), and it is
-# among the quickest at the ci size
 RERUN_FOR_FIGURES = ("02_yarn",)
 
 
