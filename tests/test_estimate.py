@@ -94,7 +94,9 @@ def test_reach_finds_the_longest_fitting_length():
         reach("tiny", 1e-6)
     # seeded with other lengths (one far past the answer, one just short of it) it lands on the same multiple
     seeds = {n: estimate("tiny", n).peak_gib for n in (r["seq_len"] - 5 * 1024, 200 * 1024)}
-    assert reach("tiny", capacity, known=seeds)["seq_len"] == r["seq_len"]
+    again = reach("tiny", capacity, known=seeds)
+    assert again["seq_len"] == r["seq_len"]
+    assert len(seeds) == 2 + again["estimates"] and again["estimates"] > 0  # what it estimated, kept for the next call
 
 
 def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
@@ -346,22 +348,25 @@ FAST_CASES = {
     "held-out-moe-qwen3-moe": (_qwen3_moe, 16384, dict(optim="foreach")),
     "qwen3-0.6b-cp4-offload": ("qwen3-0.6b", 32768, dict(offload=True, cp_size=4)),
     "deep-cp2-mixed-precision": ("deep", 4096, dict(cp_size=2, mixed_precision=True)),
-    "deep-cp8-tiled-mlp": ("deep", 4096, dict(cp_size=8, tiled_mlp=True)),
+    # 9 shards of 123 tokens per rank, the last of 116: shards 3-7 written from 1 and 2
+    "deep-cp2-tiled-mlp-uneven-shards": ("deep", 2200, dict(cp_size=2, tiled_mlp=True)),
+    "qwen3-0.6b-tiled-mlp-offload": ("qwen3-0.6b", 8192, dict(tiled_mlp=True, offload=True)),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(FAST_CASES))
 def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
-    """Traced at 3 and 4 layers and extended (memory/repeat.py) vs every layer traced: the same timeline, row by row,
-    to the byte — or, where AdamW's foreach kernels group an MoE's expert tensors, within 0.1% of the peak (a few
-    bytes in a few optimizer rows)."""
+    """Traced at 3 and 4 layers and extended, a tiled MLP's middle shards too (memory/repeat.py), vs every layer and
+    shard traced: the same timeline, row by row, to the byte — or, where AdamW's foreach kernels group an MoE's expert
+    tensors, within 0.1% of the peak (a few bytes in a few optimizer rows)."""
     import numpy as np
 
     model, seq_len, levers = FAST_CASES[case]
     model = model() if callable(model) else model
     fast, exact = estimate(model, seq_len, **levers), estimate(model, seq_len, exact=True, **levers)
     assert fast.meta["method"].startswith("layers 3 and 4") and exact.meta["method"] == "traced"
+    assert ("middle shards extended" in fast.meta["method"]) is levers.get("tiled_mlp", False)
     assert fast.phases == exact.phases and fast.peak_phase == exact.peak_phase
     np.testing.assert_array_equal(fast.bands, exact.bands)
     for a, b in ((fast.timeline, exact.timeline), (fast.host_bytes, exact.host_bytes)):

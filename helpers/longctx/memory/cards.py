@@ -43,6 +43,7 @@ CARDS = {
         Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS),
         Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS),
         Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)"),
+        Card("RTX-4090", 24, None, "NVIDIA GeForce RTX 4090 specifications (24 GB GDDR6X)"),
     )
 }
 

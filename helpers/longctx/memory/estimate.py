@@ -288,8 +288,8 @@ def estimate(
     how the estimator is checked). `device="cuda"` (the default on fake tensors) takes the GPU's side of every
     device-dependent branch (compat.gpu_dispatch). With `cp_size=N` the profile is one rank's of an N-GPU
     context-parallel job (FSDP2, this rank's slice of the sequence, the ring's buffers) under a fake process group.
-    Identical decoder layers are traced at 3 and 4 layers and extended (memory/repeat.py says why that is exact);
-    `exact=True` traces every layer, as does a CP step."""
+    Identical decoder layers are traced at 3 and 4 layers and extended, a tiled MLP's middle shards likewise
+    (memory/repeat.py says why that is exact); `exact=True` traces every layer and every shard."""
     from longctx import models
 
     device = device or ("cuda" if fake else "cpu")
@@ -299,20 +299,22 @@ def estimate(
     check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)
     layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
+    how["tiles"] = fake and not exact and tiled_mlp  # a tiled MLP's middle shards extended (memory/repeat.py)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     layers = text.num_hidden_layers
     start = time.perf_counter()
-    method = "traced"
     if fake and cp_size > 1:  # a process's first CP trace runs a few transient operators more in its first backward
         _trace(repeat.shrunk(cfg, 1), **how)  # layer (seen: 3 allocate/free pairs); one layer first makes all alike
-    if fake and not exact and layers > repeat.TRACED[-1] and repeat.identical_layers(text):
-        try:
+    try:
+        if fake and not exact and layers > repeat.TRACED[-1] and repeat.identical_layers(text):
             small = [_trace(repeat.shrunk(cfg, n), **how, label_layers=True) for n in repeat.TRACED]
             trace, method = repeat.extend(*small, layers), f"layers {' and '.join(map(str, repeat.TRACED))} traced, extended"
-        except repeat.NotRepeating:  # a stack whose layers run different operators: trace it whole
-            pass
-    if method == "traced":
-        trace = _trace(cfg, **how)
+        else:
+            trace, method = _trace(cfg, **how), "traced"
+        if trace["shards_written"]:
+            method += "; a tiled MLP's middle shards extended"
+    except repeat.NotRepeating:  # layers or shards that run different operators: trace them all
+        trace, method = _trace(cfg, **dict(how, tiles=False)), "traced"
     source = "fake-tensors" if fake else "memtracker"
     profile = profile_of("cpu", source, trace["rows"], trace["phases"], trace["host"], trace["bands"], layer_input)
     first = dict(zip(CATEGORIES, profile.timeline[0]))
@@ -337,7 +339,7 @@ def estimate(
     return profile
 
 
-def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, label_layers=False) -> dict:
+def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, tiles=False, label_layers=False) -> dict:
     """One step of `cfg` under the tracker: its timeline (one row per operator) and the counts `estimate` notes."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -352,6 +354,8 @@ def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, la
         tracker = TimelineTracker("cpu", host=HOST, band_bytes=band_bytes)
         if label_layers:
             tracker.label_layers()
+        if tiles:
+            repeat.repeat_tiles(net, tracker)
         tracker.track_external(net, optimizer)
         tracker.watch_layer_inputs(_decoder_layers(net))
         masks = _attention_masks(net)
@@ -369,6 +373,7 @@ def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, la
         "saved_layer_tensors": tracker.layer_inputs_at_forward_end,
         "hidden_sized_tensors": int(tracker.forward_end_activations.get(band_bytes, 0)),
         "mask_bytes": sum(masks.values()),
+        "shards_written": tracker.shards_written if tiles else 0,
     }
 
 
@@ -402,15 +407,18 @@ def _attention_masks(net) -> dict:
 def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None, **levers) -> dict:
     """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`: secant steps from 32 and 96
     multiples (the peak is nearly linear in length), then bisection between the last fit and the first miss. `known`:
-    lengths already estimated with the same levers → their peaks in GiB."""
+    lengths already estimated with the same levers → their peaks in GiB; the new estimates are added to it."""
     check_positive_int("multiple", multiple)
     if not capacity_gib > 0:
         raise LongctxError(f"capacity_gib must be a positive number of GiB, got {capacity_gib!r}.")
     peaks = {n: p for n, p in (known or {}).items() if n % multiple == 0}
+    given = len(peaks)
 
     def peak(n: int) -> float:
         if n not in peaks:
             peaks[n] = estimate(model, n, **levers).peak_gib
+            if known is not None:
+                known[n] = peaks[n]
         return peaks[n]
 
     points = [32 * multiple, 96 * multiple]
@@ -444,5 +452,5 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
         "peak_gib": peak(low),
         "gib_per_1k_tokens": slope * 1024,
         "intercept_gib": intercept,
-        "estimates": len(peaks) - len([n for n in (known or {}) if n % multiple == 0]),
+        "estimates": len(peaks) - given,
     }

@@ -3,8 +3,9 @@ identical layers run the same operators on the same shapes: each pass is the str
 layer, the stretch after; every row is affine in the depth (one more layer's weights, gradients, state, saved input) and,
 in a middle layer's stretch, in its index. The 4-layer trace gives one index step, the 3-layer one a depth step; the first
 and last layers are kept as traced; the optimizer's stretch (and under CP, FSDP2's setup before the layers) gains one
-repeated block per layer. Anything else raises NotRepeating and the caller traces every layer (tests/test_estimate.py
-holds the extension to the full trace)."""
+repeated block per layer. A tiled MLP's shards repeat the same way inside each layer (`repeat_tiles`). Anything else
+raises NotRepeating and the caller traces every layer and shard (tests/test_estimate.py holds the extension to the full
+trace)."""
 
 import copy
 import itertools
@@ -92,8 +93,8 @@ def extend(small: dict, large: dict, depth: int) -> dict:
     phases_all = [phase for x, (_, phase) in zip(out, _runs(parts[1])) for _ in range(len(x))]
     counts = ("params", "saved_layer_tensors", "hidden_sized_tensors", "mask_bytes")
     scalars = {k: int(large[k] + more * (large[k] - small[k])) for k in counts}
-    rows = np.concatenate(out)
-    return dict(scalars, rows=rows[:, :-2], host=rows[:, -2], bands=rows[:, -1], phases=phases_all, layers=None)
+    rows, written = np.concatenate(out), large["shards_written"]
+    return dict(scalars, rows=rows[:, :-2], host=rows[:, -2], bands=rows[:, -1], phases=phases_all, shards_written=written)
 
 
 def _runs(stretches) -> list[tuple[bool, str]]:
@@ -129,3 +130,73 @@ def _grown(x_small: np.ndarray, x_large: np.ndarray, more: int) -> np.ndarray:
     x = np.delete(x_large, slice(start, start + block), axis=0)  # the small trace's rows, one block fewer
     x = x + more * (x - x_small)
     return np.insert(x, start, np.tile(x[start : start + block], (more + 1, 1)), axis=0)
+
+
+def repeat_tiles(net, tracker) -> None:
+    """Make every tiled MLP of `net` (tile_mlp's patch, fake tensors only) compute the first three and the last of its
+    shards and write the rows of the others into `tracker`. Exact for the same reason as the layers: the shards
+    between the first and the last have one shape, so each runs the same operators on the same shapes, and what one
+    leaves behind is the same (in forward its output, kept until the cat: one step per shard; in backward nothing
+    that outlives the next shard). A skipped shard returns a stand-in that leaves that state, and its rows are the
+    third shard's plus one step (third − second) per index. Middle shards of different lengths raise NotRepeating."""
+    import types
+
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
+
+    from longctx.tiled_mlp import default_shards
+
+    tracker.shards_written = 0
+
+    def forward(mlp, x):
+        shards = default_shards(x.shape[-2], x.shape[-1])
+        return TiledMLP.apply(_Tiles(tracker, x.shape[-2], shards), mlp, x, shards, list(mlp.parameters()))
+
+    for layer in net.model.layers:
+        layer.mlp.forward = types.MethodType(forward, layer.mlp)
+
+
+class _Tiles:
+    """The `fn` DeepSpeed's TiledMLP calls once per shard: under no_grad in its forward, with grad in its backward
+    (a recomputation, then that shard's backward, which runs before the next call). Each pass is counted apart."""
+
+    SKIP_FROM = 3  # shards 0–2 run: the first may differ, 1 and 2 give the step; the last (maybe shorter) runs too
+
+    def __init__(self, tracker, tokens: int, shards: int) -> None:
+        size = -(-tokens // shards)  # torch.chunk's: equal shards of ceil(tokens / shards), the last one shorter
+        self.tracker, self.count = tracker, -(-tokens // size)
+        self.starts = {False: [], True: []}  # per pass: the first row of each shard's call
+        self.like = {}
+
+    def __call__(self, module, part):
+        import torch
+
+        grad = torch.is_grad_enabled()
+        starts = self.starts[grad]
+        i = len(starts)
+        if self.SKIP_FROM < i <= self.count - 1:  # the shard before was skipped: write its rows
+            self._write(starts, i - 1)
+        starts.append(len(self.tracker.rows))
+        if not self.SKIP_FROM <= i < self.count - 1:
+            out = type(module).forward(module, part if grad else part.detach())  # as tile_mlp's compute
+            if grad not in self.like:
+                self.like[grad] = (out.shape, out.dtype, out.device, self.tracker.filed_as_activation(out))
+            return out
+        # a stand-in of a computed output's size and category: in forward it stays alive until the cat; in backward it
+        # is DeepSpeed's `output`, which backward runs through into `part`'s gradient and which lives until the next
+        shape, dtype, device, activation = self.like[grad]
+        with self.tracker.filing_as_activations(activation):
+            return part.clone() if grad else torch.empty(shape, dtype=dtype, device=device)
+
+    def _write(self, starts: list, i: int) -> None:
+        """Replace shard i's rows (from starts[i] on) with shard 2's plus (i − 2) steps (shard 2 − shard 1)."""
+        t, (a, b, c) = self.tracker, starts[1 : self.SKIP_FROM + 1]
+        if b - a != c - b:
+            raise NotRepeating("two middle shards of a tiled MLP run different operators")
+        cols = [t.rows, t.host_rows, t.band_rows] + ([t.layer_rows] if t.layer_rows is not None else [])
+        for col in cols:
+            one, two = np.asarray(col[a:b]), np.asarray(col[b:c])
+            del col[starts[i] :]
+            col.extend((two + (i - 2) * (two - one)).tolist() if col is not t.layer_rows else col[b:c])
+        del t.phases[starts[i] :]
+        t.phases.extend(t.phases[b:c])
+        t.shards_written += 1

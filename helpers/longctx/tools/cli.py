@@ -21,7 +21,7 @@ from longctx.models import PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
 from longctx.tools import figures, lab, site
 
-CARDS = "a card (H100-80GB, A100-80GB, A100-40GB, L40S, H200; its driver-reported total) or a number of GiB"
+CARDS = f"a card ({', '.join(cards.CARDS)}; its driver-reported total, else its datasheet's) or a number of GiB"
 
 
 def _cmd_run(args) -> None:
