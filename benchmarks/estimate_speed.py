@@ -3,7 +3,7 @@
 For each case: the fast estimate (3 and 4 layers traced, extended to the model's depth; memory/repeat.py), the full
 trace (`exact=True`), the speed-up, and the largest difference between the two timelines relative to the peak; then
 `longctx plan --model qwen3-8b --seq-len 1M --gpus 8` in a fresh process (imports included, as a user runs it).
-A context-parallel step takes the fast path too (a one-layer trace first, on both paths: memory/estimate.py says why).
+A context-parallel step and a tiled MLP take the fast path too.
 Targets (issue 30): a single estimate ≤ 3 s, the plan ≤ 15 s, every difference ≤ 0.1%.
 
 Run on an idle machine: .venv/bin/python benchmarks/estimate_speed.py

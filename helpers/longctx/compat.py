@@ -38,6 +38,40 @@ class FrozenParamsMemTracker(MemTracker):
         return memory
 
 
+class FakeStepMemTracker(FrozenParamsMemTracker):
+    """torch 2.13.0: the first time DTensor meets an operator on some shapes, its sharding propagation builds fake
+    arguments to find the output's metadata (`ShardingPropagator._propagate_tensor_meta_non_cached`), in the fake mode
+    already active. MemTracker means to skip those (it compares the active fake mode with the one at its entry) but
+    cannot when the step itself runs under that mode: the first trace of a context-parallel step at a length counts
+    them as transient allocations, a later one does not. This runs them unrecorded, as it does a fake tensor's device
+    query (an operator that runs nothing, asked for more or less often as caches hit or miss).
+    Test: test_compat.py::test_memtracker_still_tracks_dtensor_shape_propagation."""
+
+    _propagating = False
+
+    def __enter__(self):
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+        original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+        def propagate(propagator, op_schema):
+            with _patched((self, "_propagating", True)):
+                return original(propagator, op_schema)
+
+        self._unpatch = _patched((ShardingPropagator, "_propagate_tensor_meta_non_cached", propagate))
+        self._unpatch.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self._unpatch.__exit__(None, None, None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._propagating or func is torch.ops.prim.device.default:
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 def fake_tensor_training():
     """transformers 5.24.0: `masking_utils.find_packed_sequence_indices` takes fake tensors for tracing and returns
     a packed-sequence index, so the SDPA mask builder materialises an L×L mask eager never builds (+28 GiB at 96k

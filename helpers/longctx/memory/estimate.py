@@ -203,11 +203,8 @@ def build_step(
     if mesh is not None:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        policy = (
-            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-            if mixed_precision
-            else MixedPrecisionPolicy()
-        )
+        bf16 = dict(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed_precision else {}
+        policy = MixedPrecisionPolicy(**bf16)
         for layer in net.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(net, mesh=mesh, mp_policy=policy)
@@ -220,21 +217,17 @@ def build_step(
     ids = torch.randint(0, cfg.vocab_size, (batch, seq_len))
 
     def step():
-        if mesh is None:
-            return _step()
         from torch.distributed.tensor.experimental import context_parallel
 
-        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]):  # this rank keeps 2 of 2·N chunks
-            return _step()
-
-    def _step():
-        if loss == "chunked":
-            out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
-            value = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
-        else:
-            value = net(input_ids=ids, labels=ids, use_cache=False).loss
-        value.backward()
-        optimizer.step()
+        # under CP this rank keeps 2 of the sequence's 2·N chunks
+        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]) if mesh is not None else contextlib.nullcontext():
+            if loss == "chunked":
+                out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
+                value = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
+            else:
+                value = net(input_ids=ids, labels=ids, use_cache=False).loss
+            value.backward()
+            optimizer.step()
         return value
 
     return net, optimizer, step
@@ -303,8 +296,6 @@ def estimate(
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     layers = text.num_hidden_layers
     start = time.perf_counter()
-    if fake and cp_size > 1:  # a process's first CP trace runs a few transient operators more in its first backward
-        _trace(repeat.shrunk(cfg, 1), **how)  # layer (seen: 3 allocate/free pairs); one layer first makes all alike
     try:
         if fake and not exact and layers > repeat.TRACED[-1] and repeat.identical_layers(text):
             small = [_trace(repeat.shrunk(cfg, n), **how, label_layers=True) for n in repeat.TRACED]

@@ -4,17 +4,17 @@ temporary or optimizer state. We add a timeline (the live bytes per category aft
 and a census of the activations alive when the forward pass ends. The estimator runs the same tracker under
 FakeTensorMode, so measured and estimated profiles are built by the same code."""
 
-import contextlib
 import weakref
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
 from torch.distributed._tools.mem_tracker import _MemRefType
 
-from longctx.compat import FrozenParamsMemTracker
+from longctx.compat import FakeStepMemTracker
 from longctx.errors import LongctxError
 from longctx.memory.profile import MemoryProfile
 from longctx.units import CATEGORIES, GIB, PHASES
@@ -37,7 +37,7 @@ def tensor_device(spec) -> torch.device:
     return torch.device(device.type, torch.accelerator.current_device_index()) if device.index is None else device
 
 
-class TimelineTracker(FrozenParamsMemTracker):
+class TimelineTracker(FakeStepMemTracker):
     """MemTracker that keeps the live bytes per category on `device` after every operator, the bytes on `host`
     (offloaded tensors, plus `host_counter()`: a CPU HostPool), and the sizes of the activations alive at the end of the
     forward pass. It skips MemTracker's per-module peak bookkeeping (a scan of every module after every operator): we
@@ -77,19 +77,12 @@ class TimelineTracker(FrozenParamsMemTracker):
         return min((int(i) for head, _, i in names if i.isdigit() and head.endswith("layers")), default=-1)
 
     def filed_as_activation(self, tensor: torch.Tensor) -> bool:
-        """Whether MemTracker filed `tensor` as an activation (made in forward, or in a module recomputed in backward)
-        rather than a backward temporary."""
+        """Whether MemTracker filed `tensor` as an activation (not a backward temporary)."""
         return self._WINFO[tensor.untyped_storage()][0].reftype == _MemRefType.ACT
 
-    @contextlib.contextmanager
     def filing_as_activations(self, yes: bool):
-        """Tensors made inside are filed as activations (`yes`) or as backward temporaries, as MemTracker files those
-        made inside, or outside, a module recomputed in backward."""
-        before, self._in_ac = self._in_ac, yes
-        try:
-            yield
-        finally:
-            self._in_ac = before
+        """A context in which new tensors are filed as activations (`yes`) or as backward temporaries."""
+        return mock.patch.object(self, "_in_ac", yes)
 
     def _activation_here(self, winfo) -> bool:
         return winfo is not None and winfo.reftype == _MemRefType.ACT and winfo.device == self.device
@@ -125,13 +118,6 @@ class TimelineTracker(FrozenParamsMemTracker):
         self.band_rows.append(self._bands)
         if self.layer_rows is not None:
             self.layer_rows.append(self._layer())
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        # a fake tensor's `.device` is an operator that runs nothing; how often code asks for it depends on caches,
-        # not on the step (a tiled MLP's shard asks more when it misses FakeTensorMode's cache), so it gets no row
-        if func is torch.ops.prim.device.default:
-            return func(*args, **(kwargs or {}))
-        return super().__torch_dispatch__(func, types, args, kwargs)
 
     def _update_peak_stats(self, peak_state) -> None:  # MemTracker calls this after every operator
         self.record()

@@ -129,11 +129,6 @@ def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
 def short_label(levers: list[str]) -> str:
     """'chunked loss + checkpointing + offload + context parallel ×8' → '+CP×8' (the lever a step adds)."""
     last = levers[-1]
-    short = {
-        "plain loss": "naive",
-        "chunked loss": "chunked",
-        "checkpointing": "+ckpt",
-        "offload": "+offload",
-        "tiled MLP": "+tiled",
-    }
+    short = {"plain loss": "naive", "chunked loss": "chunked", "checkpointing": "+ckpt", "offload": "+offload"}
+    short["tiled MLP"] = "+tiled"
     return short.get(last, "+CP" + last.split()[-1] if last.startswith("context parallel") else last)

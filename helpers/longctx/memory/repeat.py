@@ -11,6 +11,7 @@ import copy
 import itertools
 
 import numpy as np
+import torch
 
 TRACED = (3, 4)  # the depths traced: the smallest with one, and with two, middle layers
 # config keys that make one decoder layer differ from another (dense layers before MoE ones, MoE every k-th layer)
@@ -133,70 +134,59 @@ def _grown(x_small: np.ndarray, x_large: np.ndarray, more: int) -> np.ndarray:
 
 
 def repeat_tiles(net, tracker) -> None:
-    """Make every tiled MLP of `net` (tile_mlp's patch, fake tensors only) compute the first three and the last of its
-    shards and write the rows of the others into `tracker`. Exact for the same reason as the layers: the shards
-    between the first and the last have one shape, so each runs the same operators on the same shapes, and what one
-    leaves behind is the same (in forward its output, kept until the cat: one step per shard; in backward nothing
-    that outlives the next shard). A skipped shard returns a stand-in that leaves that state, and its rows are the
-    third shard's plus one step (third − second) per index. Middle shards of different lengths raise NotRepeating."""
+    """Make every tiled MLP of `net` (fake tensors only) compute its first three and last shards and write the others'
+    rows into `tracker`. Exact as for the layers: the middle shards have one shape, run the same operators and leave the
+    same behind (in forward an output kept until the cat, one step each; in backward nothing past the next shard). A
+    skipped shard returns a stand-in that leaves that state; its rows are shard 2's plus one step (2 − 1) per index."""
     import types
 
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
 
     from longctx.tiled_mlp import default_shards
 
-    tracker.shards_written = 0
-
     def forward(mlp, x):
         shards = default_shards(x.shape[-2], x.shape[-1])
         return TiledMLP.apply(_Tiles(tracker, x.shape[-2], shards), mlp, x, shards, list(mlp.parameters()))
 
+    tracker.shards_written = 0
     for layer in net.model.layers:
         layer.mlp.forward = types.MethodType(forward, layer.mlp)
 
 
 class _Tiles:
-    """The `fn` DeepSpeed's TiledMLP calls once per shard: under no_grad in its forward, with grad in its backward
-    (a recomputation, then that shard's backward, which runs before the next call). Each pass is counted apart."""
-
-    SKIP_FROM = 3  # shards 0–2 run: the first may differ, 1 and 2 give the step; the last (maybe shorter) runs too
+    """The `fn` DeepSpeed's TiledMLP calls per shard: in its forward under no_grad, in its backward with grad (the
+    shard's backward runs before the next call); each pass counted apart."""
 
     def __init__(self, tracker, tokens: int, shards: int) -> None:
-        size = -(-tokens // shards)  # torch.chunk's: equal shards of ceil(tokens / shards), the last one shorter
-        self.tracker, self.count = tracker, -(-tokens // size)
-        self.starts = {False: [], True: []}  # per pass: the first row of each shard's call
-        self.like = {}
+        size = -(-tokens // shards)  # torch.chunk's: shards of ceil(tokens / shards), the last one shorter
+        self.tracker, self.last = tracker, -(-tokens // size) - 1
+        self.starts, self.like = {False: [], True: []}, {}  # per pass: each call's first row; a computed output
 
     def __call__(self, module, part):
-        import torch
-
         grad = torch.is_grad_enabled()
         starts = self.starts[grad]
-        i = len(starts)
-        if self.SKIP_FROM < i <= self.count - 1:  # the shard before was skipped: write its rows
+        if 4 <= (i := len(starts)) <= self.last:  # the shard before was skipped: write its rows
             self._write(starts, i - 1)
         starts.append(len(self.tracker.rows))
-        if not self.SKIP_FROM <= i < self.count - 1:
+        if not 3 <= i < self.last:
             out = type(module).forward(module, part if grad else part.detach())  # as tile_mlp's compute
-            if grad not in self.like:
-                self.like[grad] = (out.shape, out.dtype, out.device, self.tracker.filed_as_activation(out))
+            self.like.setdefault(grad, (out.shape, out.dtype, out.device, self.tracker.filed_as_activation(out)))
             return out
-        # a stand-in of a computed output's size and category: in forward it stays alive until the cat; in backward it
-        # is DeepSpeed's `output`, which backward runs through into `part`'s gradient and which lives until the next
+        # a computed output's size and category (in backward DeepSpeed's `output`: alive until the next shard's)
         shape, dtype, device, activation = self.like[grad]
         with self.tracker.filing_as_activations(activation):
             return part.clone() if grad else torch.empty(shape, dtype=dtype, device=device)
 
     def _write(self, starts: list, i: int) -> None:
         """Replace shard i's rows (from starts[i] on) with shard 2's plus (i − 2) steps (shard 2 − shard 1)."""
-        t, (a, b, c) = self.tracker, starts[1 : self.SKIP_FROM + 1]
+        t, (a, b, c) = self.tracker, starts[1:4]
         if b - a != c - b:
             raise NotRepeating("two middle shards of a tiled MLP run different operators")
-        cols = [t.rows, t.host_rows, t.band_rows] + ([t.layer_rows] if t.layer_rows is not None else [])
-        for col in cols:
+        for col in (t.rows, t.host_rows, t.band_rows):
             one, two = np.asarray(col[a:b]), np.asarray(col[b:c])
             del col[starts[i] :]
-            col.extend((two + (i - 2) * (two - one)).tolist() if col is not t.layer_rows else col[b:c])
-        del t.phases[starts[i] :]
-        t.phases.extend(t.phases[b:c])
+            col.extend((two + (i - 2) * (two - one)).tolist())
+        for col in (t.phases, t.layer_rows or []):  # labels: shard 2's
+            del col[starts[i] :]
+            col.extend(col[b:c])
         t.shards_written += 1
