@@ -3,7 +3,7 @@ model × card × lever set, from the fake-tensor estimator (`longctx.memory.esti
 calculator/reach.json, which is committed; lesson 07 prints it and tests/test_calculator.py checks cells of it against
 fresh estimates. Run it again after a change to the estimator or to the libraries it traces:
 
-    .venv/bin/python scripts/reach_table.py          # about 20 minutes on 2 cores
+    .venv/bin/python scripts/reach_table.py          # 38 minutes on 2 cores shared with other work
 """
 
 import argparse
