@@ -314,7 +314,7 @@ def _left_behind(sid: int, out: Path) -> list[int]:
 # The CLI under a harness that prints every thread's stack on SIGUSR1: a sweep that ignores Ctrl-C says where.
 _WITH_STACKS = (
     "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
-    "from longctx.tools.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from longctx.tools.cli import main; sys.exit(main())"  # as the `longctx` program runs it
 )
 
 

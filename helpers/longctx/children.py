@@ -16,7 +16,7 @@ def stop_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def _kill_trees(pids) -> None:
+def kill_trees(pids) -> None:
     """Kill each process and every one below it, all listed before the first kill (torchrun's ranks have process
     groups of their own: killing a group misses them)."""
     procs = []
@@ -30,7 +30,7 @@ def _kill_trees(pids) -> None:
 
 def stop_tree(proc) -> None:
     """End a started process and every process below it; then reap it (unreaped until then, its PID is not reused)."""
-    _kill_trees([proc.pid])
+    kill_trees([proc.pid])
     proc.wait()
 
 
@@ -55,7 +55,7 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
         except BaseException:
             with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
                 signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # the pool's pipes to killed workers fail quietly
-            _kill_trees(list(getattr(pool, "_processes", None) or {}))  # the pool's worker PIDs (CPython's attribute)
+            kill_trees(list(getattr(pool, "_processes", None) or {}))  # the pool's worker PIDs (CPython's attribute)
             pool.shutdown(wait=True, cancel_futures=True)  # returns at once: the pool sees its workers gone
             raise
     pool.shutdown()

@@ -39,13 +39,11 @@ class FrozenParamsMemTracker(MemTracker):
 
 
 class FakeStepMemTracker(FrozenParamsMemTracker):
-    """torch 2.13.0: the first time DTensor meets an operator on some shapes, its sharding propagation builds fake
-    arguments to find the output's metadata (`ShardingPropagator._propagate_tensor_meta_non_cached`), in the fake mode
-    already active. MemTracker means to skip those (it compares the active fake mode with the one at its entry) but
-    cannot when the step itself runs under that mode: the first trace of a context-parallel step at a length counts
-    them as transient allocations, a later one does not. This runs them unrecorded, as it does a fake tensor's device
-    query (an operator that runs nothing, asked for more or less often as caches hit or miss).
-    Test: test_compat.py::test_memtracker_still_tracks_dtensor_shape_propagation."""
+    """torch 2.13.0: DTensor's sharding propagation, the first time it meets an op on some shapes, builds fake arguments
+    (`ShardingPropagator._propagate_tensor_meta_non_cached`) in the active fake mode, which MemTracker cannot tell from
+    the step's own ops when the step runs under that mode: the first CP trace at a length counts them, a later one does
+    not. This runs them unrecorded, as it does a fake tensor's device query (it runs nothing; how often it is asked
+    depends on caches). Test: test_compat.py::test_memtracker_still_tracks_dtensor_shape_propagation."""
 
     _propagating = False
 

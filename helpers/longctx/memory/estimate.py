@@ -294,12 +294,11 @@ def estimate(
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
     how["tiles"] = fake and not exact and tiled_mlp  # a tiled MLP's middle shards extended (memory/repeat.py)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    layers = text.num_hidden_layers
     start = time.perf_counter()
     try:
-        if fake and not exact and layers > repeat.TRACED[-1] and repeat.identical_layers(text):
+        if fake and not exact and text.num_hidden_layers > repeat.TRACED[-1] and repeat.identical_layers(text):
             small = [_trace(repeat.shrunk(cfg, n), **how, label_layers=True) for n in repeat.TRACED]
-            trace, method = repeat.extend(*small, layers), f"layers {' and '.join(map(str, repeat.TRACED))} traced, extended"
+            trace, method = repeat.extend(*small, text.num_hidden_layers), "layers %d and %d traced, extended" % repeat.TRACED
         else:
             trace, method = _trace(cfg, **how), "traced"
         if trace["shards_written"]:

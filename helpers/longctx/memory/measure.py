@@ -76,13 +76,9 @@ class TimelineTracker(FakeStepMemTracker):
         names = (n.rpartition(".") for n in self._mod_tracker.parents)
         return min((int(i) for head, _, i in names if i.isdigit() and head.endswith("layers")), default=-1)
 
-    def filed_as_activation(self, tensor: torch.Tensor) -> bool:
-        """Whether MemTracker filed `tensor` as an activation (not a backward temporary)."""
-        return self._WINFO[tensor.untyped_storage()][0].reftype == _MemRefType.ACT
-
-    def filing_as_activations(self, yes: bool):
-        """A context in which new tensors are filed as activations (`yes`) or as backward temporaries."""
-        return mock.patch.object(self, "_in_ac", yes)
+    def filing_as_activations(self):
+        """A context in which new tensors are filed as activations, as in forward or in a module recomputed in backward."""
+        return mock.patch.object(self, "_in_ac", True)
 
     def _activation_here(self, winfo) -> bool:
         return winfo is not None and winfo.reftype == _MemRefType.ACT and winfo.device == self.device

@@ -134,10 +134,10 @@ def _grown(x_small: np.ndarray, x_large: np.ndarray, more: int) -> np.ndarray:
 
 
 def repeat_tiles(net, tracker) -> None:
-    """Make every tiled MLP of `net` (fake tensors only) compute its first three and last shards and write the others'
-    rows into `tracker`. Exact as for the layers: the middle shards have one shape, run the same operators and leave the
-    same behind (in forward an output kept until the cat, one step each; in backward nothing past the next shard). A
-    skipped shard returns a stand-in that leaves that state; its rows are shard 2's plus one step (2 − 1) per index."""
+    """Make every tiled MLP of `net` (fake tensors only) compute its first three and last shards, and write the others'
+    rows into `tracker`: the middle shards have one shape, so they run the same operators and leave the same behind (in
+    forward an output kept until the cat; in backward nothing past the next shard). A skipped one returns a stand-in
+    that leaves that state; its rows are shard 2's plus one step (shard 2 − shard 1) per index."""
     import types
 
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
@@ -154,28 +154,25 @@ def repeat_tiles(net, tracker) -> None:
 
 
 class _Tiles:
-    """The `fn` DeepSpeed's TiledMLP calls per shard: in its forward under no_grad, in its backward with grad (the
-    shard's backward runs before the next call); each pass counted apart."""
+    """The `fn` TiledMLP calls per shard, under no_grad in its forward, with grad in its backward: each pass apart."""
 
     def __init__(self, tracker, tokens: int, shards: int) -> None:
         size = -(-tokens // shards)  # torch.chunk's: shards of ceil(tokens / shards), the last one shorter
         self.tracker, self.last = tracker, -(-tokens // size) - 1
-        self.starts, self.like = {False: [], True: []}, {}  # per pass: each call's first row; a computed output
+        self.starts = {False: [], True: []}  # per pass: each call's first row
 
     def __call__(self, module, part):
-        grad = torch.is_grad_enabled()
-        starts = self.starts[grad]
+        starts = self.starts[grad := torch.is_grad_enabled()]
         if 4 <= (i := len(starts)) <= self.last:  # the shard before was skipped: write its rows
             self._write(starts, i - 1)
         starts.append(len(self.tracker.rows))
         if not 3 <= i < self.last:
             out = type(module).forward(module, part if grad else part.detach())  # as tile_mlp's compute
-            self.like.setdefault(grad, (out.shape, out.dtype, out.device, self.tracker.filed_as_activation(out)))
+            self.like = (out.shape, out.dtype, out.device)
             return out
-        # a computed output's size and category (in backward DeepSpeed's `output`: alive until the next shard's)
-        shape, dtype, device, activation = self.like[grad]
-        with self.tracker.filing_as_activations(activation):
-            return part.clone() if grad else torch.empty(shape, dtype=dtype, device=device)
+        # a computed output's size and category (made in the MLP's last projection, a module: an activation)
+        with self.tracker.filing_as_activations():
+            return part.clone() if grad else torch.empty(self.like[0], dtype=self.like[1], device=self.like[2])
 
     def _write(self, starts: list, i: int) -> None:
         """Replace shard i's rows (from starts[i] on) with shard 2's plus (i − 2) steps (shard 2 − shard 1)."""

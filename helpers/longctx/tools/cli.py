@@ -12,7 +12,9 @@ import sys
 import traceback
 from functools import partial
 
-from longctx import versions
+import psutil
+
+from longctx import children, versions
 from longctx.errors import LongctxError
 from longctx.lengths import parse_length
 from longctx.levers import base_model
@@ -244,11 +246,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame) -> None:
+    # Ctrl-C kills the kernels first: nbclient's graceful shutdown of one still starting once hung a sweep past 60 s
+    with contextlib.suppress(psutil.Error):
+        below = psutil.Process().children(recursive=True)
+        children.kill_trees([p.pid for p in below if "ipykernel_launcher" in " ".join(p.cmdline())])
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if hasattr(signal, "SIGPIPE"):  # `longctx list | head -1` ends quietly, as command-line tools do
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        if argv is None:  # run as the program, not called from Python
+            signal.signal(signal.SIGINT, _interrupt)
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
