@@ -432,3 +432,38 @@ def test_the_tiled_mlp_lever_matches_a_real_step_and_takes_the_mlp_off_the_peak(
         assert fake.meta["tiled_mlp"] is tiled
         peaks[tiled] = real.peak_bytes
     assert peaks[True] < 0.7 * peaks[False]
+
+
+@pytest.mark.parametrize(
+    "config,fragment",
+    [
+        (dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=1000), "no decoder layers at .model.layers"),
+        (
+            dict(
+                model_type="qwen3_moe",
+                hidden_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                intermediate_size=128,
+                moe_intermediate_size=32,
+                num_experts=4,
+                num_experts_per_tok=2,
+                vocab_size=1000,
+            ),
+            "one dense MLP per layer",
+        ),
+    ],
+    ids=["no-decoder-layers", "mixture-of-experts"],
+)
+def test_the_tiled_mlp_is_refused_where_there_is_no_dense_mlp_to_tile(tmp_path, config, fragment):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LongctxError, match=fragment):
+        estimate(str(tmp_path / "config.json"), 1024, tiled_mlp=True)
+
+
+def test_json_on_stdout_is_only_json_when_a_library_prints_there(capsys):
+    """DeepSpeed (imported for the tiled MLP) prints its accelerator guess to stdout; --json must stay parseable."""
+    assert main(["estimate", "--model", "tiny", "--seq-len", "1k", "--tiled-mlp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tiled_mlp"] is True

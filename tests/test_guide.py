@@ -10,6 +10,8 @@ def test_a_recap_line_shows_ours_to_the_guides_precision():
     assert guide.beside(guide.QWEN3_4B_96K, 59.79).endswith("guide 59.9, ours 59.8 (1.00×)")
     assert guide.beside(guide.REACH_CHUNKED, 152576).endswith("guide 163,840, ours 152,576 (0.93×)")
     assert guide.beside(guide.REACH_OFFLOAD, None).endswith("guide 262,144; not computed at this size")
+    # ours are GiB; the guide's GB are read as GiB, and the line says so
+    assert "peak (its GB read as GiB): guide 59.9" in guide.beside(guide.QWEN3_4B_96K, 59.79)
 
 
 @pytest.mark.parametrize("lever", list(guide.REQUIREMENTS))

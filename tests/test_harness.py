@@ -556,7 +556,8 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         (lambda t, m: ["estimate", "--model", _folder(t, "empty"), "--seq-len", "1k"], "has no config.json"),
         (lambda t, m: ["estimate", "--model", _write(t, "list.json", "[1, 2]"), "--seq-len", "1k"], "holds a JSON list, not an"),
         (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576: over"),
-        (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "use at most 524,288 ranks"),
+        (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "64", "--gpus", "64"], "use at most 32 ranks"),
+        (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "at most 64 GPUs; pick fewer"),
         (lambda t, m: ["estimate", "--model", _dev_zero_config(t), "--seq-len", "1k"], "config.json is not a regular file"),
         (
             lambda t, m: ["run", _write(t, "notes.ipynb", "my notes"), "--size", "ci", "--out", str(t / "out")],
@@ -571,6 +572,7 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         "config-that-is-a-list",
         "config-wider-than-any-model",
         "more-cp-ranks-than-tokens",
+        "more-cp-ranks-than-an-estimate-traces",
         "config-that-is-a-device",
         "text-file-named-ipynb",
         "lora-rank-past-its-range",

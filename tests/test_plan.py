@@ -44,8 +44,16 @@ def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
         (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "use --gpus 4"),
         (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad to 1000016"),
         (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "GPU memory must be a positive number of GiB"),
+        (dict(seq_len=1048576, gpus=1024, gpu_memory_gib=80), "at most 64 GPUs"),
+        (dict(seq_len=1048576, gpus=1, gpu_memory_gib=80, mixed_precision=True), "--gpus 2 or more"),
     ],
-    ids=["gpus-not-a-power-of-two", "length-not-a-multiple-of-the-cp-chunks", "no-gpu-memory"],
+    ids=[
+        "gpus-not-a-power-of-two",
+        "length-not-a-multiple-of-the-cp-chunks",
+        "no-gpu-memory",
+        "more-ranks-than-traced",
+        "mixed-precision-without-a-cp-step",
+    ],
 )
 def test_plan_refusals(kwargs, fragment):
     with pytest.raises(LongctxError, match=fragment):
@@ -89,6 +97,7 @@ def test_cp_halves_the_per_rank_activations():
         (dict(cp_size=3), "power of two"),
         (dict(cp_size=2, fake=False), "fake tensors only"),
         (dict(mixed_precision=True), "cp_size > 1"),
+        (dict(cp_size=128), "at most 64 GPUs"),
     ],
 )
 def test_bad_cp_estimates(kwargs, fragment):
@@ -155,3 +164,12 @@ def test_plan_puts_the_tiled_mlp_after_offload_and_under_every_cp_step():
     assert levers[5] == levers[4] + ["context parallel ×2"] and result["tiled_mlp"]
     offload, tiled = (result["steps"][i]["per_gpu_peak_gib"] for i in (3, 4))
     assert tiled <= offload  # the tiled MLP never adds to the peak
+
+
+def test_another_attention_is_left_for_sdpa_in_a_step_of_its_own_before_the_cp_steps():
+    """torch's CP runs SDPA only: the plan says so in its own step, so what leaving eager saves is not credited to CP."""
+    steps = plan.ladder(4, attn_implementation="eager")
+    assert [kw["attn_implementation"] for _, kw in steps] == ["eager"] * 4 + ["sdpa"] * 3
+    assert steps[4][0] == steps[3][0] + ["SDPA attention"] and steps[5][0] == steps[4][0] + ["context parallel ×2"]
+    others = [[lever for lever in levers if lever != "SDPA attention"] for levers, _ in steps if levers[-1] != "SDPA attention"]
+    assert others == [levers for levers, _ in plan.ladder(4)]  # otherwise the same steps as with SDPA throughout

@@ -133,3 +133,19 @@ def test_a_call_builds_nested_calls_and_refuses_what_it_cannot_print():
     with pytest.raises(LongctxError, match="none of yarn"):
         recipe.snippet(train.TrainConfig(output_dir="o").sft_call(), "yarn")
     assert recipe.import_line(ParallelismConfig) == "from accelerate import ParallelismConfig"
+
+
+def test_the_tiled_mlp_module_lesson_07_prints_runs_on_its_own():
+    """07's recipe prints longctx/tiled_mlp.py whole for a reader to paste: it must need nothing of longctx."""
+    import inspect
+
+    import torch
+
+    from longctx import tiled_mlp
+
+    namespace: dict = {}
+    exec(compile(inspect.getsource(tiled_mlp), "<tiled_mlp>", "exec"), namespace)  # noqa: S102 - the printed source
+    plain, tiled = (models.load("tiny", seed=0, dtype="fp32") for _ in range(2))
+    assert namespace["tile_mlp"](tiled) == tiled.config.num_hidden_layers
+    ids = torch.randint(0, plain.config.vocab_size, (1, 256))  # 4 shards of hidden 64
+    torch.testing.assert_close(tiled(input_ids=ids).logits, plain(input_ids=ids).logits)

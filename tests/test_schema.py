@@ -40,6 +40,35 @@ def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
         schema.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})
 
 
+def test_the_gpu_counts_a_lesson_takes_are_the_ones_the_cp_check_takes():
+    from longctx.shapes import check_plan
+
+    check_plan(models.config("tiny"), 2**20, cp_size=64)
+    with pytest.raises(LongctxError, match="at most 64 GPUs"):
+        check_plan(models.config("tiny"), 2**20, cp_size=128)
+    for notebook, name in (
+        ("06_one_million_tokens", "GPUS"),
+        ("06_one_million_tokens", "SECOND_GPUS"),
+        ("04_context_parallelism", "RANKS"),
+    ):
+        prop = schema.schema(notebook)["properties"][name]
+        assert prop.get("items", prop)["maximum"] == 64, (notebook, name)
+
+
+@pytest.mark.parametrize(
+    "params,fragment",
+    [
+        ({"SHARDS": 8}, r"must be a list, not int 8 \(a list is written in brackets: -p 'SHARDS=\[8\]'\)"),
+        ({"SEQ_LEN": "1M"}, r"must be a whole number, not str '1M' \(write 1M as -p SEQ_LEN=1048576\)"),
+        ({"SEQ_LEN": "long"}, r"must be a whole number, not str 'long'\.$"),
+    ],
+    ids=["a-scalar-for-a-list", "a-length-with-a-suffix", "no-number-at-all"],
+)
+def test_a_wrong_type_is_refused_with_the_form_the_value_takes(params, fragment):
+    with pytest.raises(LongctxError, match=fragment):
+        schema.check("07_tiled_mlp", params)
+
+
 def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     models.config("tiny").save_pretrained(tmp_path)  # config.json only
     for value in (str(tmp_path), str(tmp_path / "config.json")):

@@ -98,7 +98,7 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
     """One line for a lesson's recap: the guide's figure and this run's number (None: not computed here),
     ours shown to the guide's own precision."""
     places = len(repr(figure.value).partition(".")[2]) if isinstance(figure.value, float) else 0
-    guide = f"{figure.what}: {figure.source} {figure.value:,.{places}f}"
+    guide = f"{figure.what.replace('(GB)', '(its GB read as GiB)')}: {figure.source} {figure.value:,.{places}f}"
     if ours is None:
         return f"{guide}; not computed at this size"
     return f"{guide}, ours {ours:,.{places}f}" + (f" ({ours / figure.value:.2f}×)" if ratio else "")

@@ -1,9 +1,7 @@
-"""What every lesson notebook does at its start and end: versions, an output folder, results.json.
-
-A lesson calls `session = longctx.notebook.start("00_memory_primer", params)` after its parameters, records what it
-claims with `session.record(...)` and ends with `session.save()`. Run by `longctx run`, the output folder is the
-harness's (LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/.
-"""
+"""What every lesson notebook does at its start and end: versions, an output folder, results.json. A lesson calls
+`session = longctx.notebook.start("00_memory_primer", params)` after its parameters, records what it claims with
+`session.record(...)` and ends with `session.save()`. Run by `longctx run`, the output folder is the harness's
+(LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/."""
 
 import json
 import os

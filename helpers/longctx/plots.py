@@ -142,15 +142,15 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
             values, label, color = np.clip(values - bands * band, 0, None), "other activations", "#E8A0A0"
         fill(bottom, bottom + values, color=color, label=label)
         bottom = bottom + values
-    phases = np.array(profile.phases)
     for phase, shade in (("backward", 0.06), ("optimizer", 0.14)):
-        idx = np.flatnonzero(phases == phase)
+        idx = np.flatnonzero(np.array(profile.phases) == phase)
         if len(idx):
             ax.axvspan(idx[0], idx[-1], color="k", alpha=shade, lw=0)
-    peak = int(totals.argmax())
+    peak, top = int(totals.argmax()), profile.peak_bytes / unit
     ax.axvline(peak, color="k", ls=":", lw=1)
-    top = profile.peak_bytes / unit
-    ax.annotate(f"peak {top:.2f} {unit_name}", (peak, top), fontsize=8, xytext=(4, -10), textcoords="offset points")
+    late = peak > 0.6 * len(totals)  # a late peak is labelled left of its line, clear of the legend beside the axes
+    side = dict(ha="right", xytext=(-4, -10)) if late else dict(ha="left", xytext=(4, -10))
+    ax.annotate(f"peak {top:.2f} {unit_name}", (peak, top), fontsize=8, textcoords="offset points", **side)
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:.2f} {unit_name}")
     xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"

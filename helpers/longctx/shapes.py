@@ -33,6 +33,8 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
             f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism (FSDP2) or DeepSpeed "
             "Ulysses, not both in one run; choose one of them."
         )
+    if cp_size > 64:  # 8 nodes of 8; a CP estimate traces each step of the ring, so its time grows with the ranks
+        raise LongctxError(f"cp_size={cp_size}: longctx models context parallelism over at most 64 GPUs; pick fewer.")
     if cp_size > 1:
         if packing:
             raise LongctxError(

@@ -1,9 +1,8 @@
-"""Drive real TRL trainers from a small config object, with CPU defaults that work.
-
-Traps of the installed versions, handled here once: SFTConfig defaults to bf16 (refused on a CPU), its learning rate
-(2e-5) is too low for a model trained from scratch, gradient checkpointing is on by default, and pinned memory warns
-without an accelerator. trl 1.16's loss is its chunked ("fused") LM head; `loss="plain"` is the guide's baseline: the
-model's own forward with `labels=`, which materialises the full sequence × vocabulary logits."""
+"""Drive real TRL trainers from a small config object, with CPU defaults that work. Traps of the installed versions,
+handled here once: SFTConfig defaults to bf16 (refused on a CPU), its learning rate (2e-5) is too low for a model
+trained from scratch, gradient checkpointing is on by default, and pinned memory warns without an accelerator. trl
+1.16's loss is its chunked ("fused") LM head; `loss="plain"` is the guide's baseline: the model's own forward with
+`labels=`, which materialises the full sequence × vocabulary logits."""
 
 import math
 import time

@@ -1,5 +1,4 @@
 """The YaRN lesson's base model: a small Qwen3-shaped model pretrained here, so that its trained range is known.
-
 `pretrain()` trains it from scratch on the corpus at a short length (a real TRL SFTTrainer run on raw text windows), so
 every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn part-way
 round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it."""

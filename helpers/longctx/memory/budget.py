@@ -40,7 +40,6 @@ def training_budget(
     adapter_dtype: str | None = None,
 ) -> Budget:
     """Bytes for weights, gradients and AdamW state, before any activation.
-
     full:  every weight is trained; gradients in `grad_dtype` (default: the weight dtype).
     lora:  the base weights are frozen (no gradient, no optimizer state); `trainable_params` adapter weights in
            `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.

@@ -192,7 +192,9 @@ def build_step(
             install(net, lambda t: (t.device, t.to(HOST)), lambda packed: packed[1].to(packed[0]))
         else:
             net.activation_checkpointing_enable()
-    if tiled_mlp:  # ALST's tiled MLP, DeepSpeed's autograd function (longctx.tiled_mlp)
+    if tiled_mlp:  # ALST's tiled MLP, DeepSpeed's autograd function (longctx.tiled_mlp), for a dense MLP per layer
+        if not all(hasattr(layer, "mlp") and not hasattr(layer.mlp, "experts") for layer in _decoder_layers(net)):
+            raise LongctxError(f"the tiled MLP tiles one dense MLP per layer; {type(net).__name__} has none: drop --tiled-mlp.")
         from longctx.tiled_mlp import tile_mlp
 
         tile_mlp(net)

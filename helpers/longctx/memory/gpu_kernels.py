@@ -17,7 +17,6 @@ def _round_up(n: int, to: int) -> int:
 class FlashAttention(torch.autograd.Function):
     """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`, vendored
     by PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout.
-
     forward (`mha_fwd`): the output in (batch, seq, heads, head_dim) memory and the fp32 softmax log-sum-exp (batch,
     heads, seq); it saves q, k, v, out and the log-sum-exp.
     backward (`mha_bwd`): dq, dk, dv like their inputs, plus scratch alive while the kernel runs: `softmax_d` fp32

@@ -1,11 +1,8 @@
-"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak.
-
-The levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward
-pass), activation offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then
-context parallelism over 2, 4, ... GPUs (more GPUs).
-The first step that fits is the cheapest combination. Every step is a fake-tensor estimate
-(`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers.
-"""
+"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak. The levers in
+order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward pass), activation offload (host
+traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then context parallelism over 2, 4, ...
+GPUs (more GPUs). The first step that fits is the cheapest combination. Every step is a fake-tensor estimate
+(`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers."""
 
 import threading
 
@@ -19,7 +16,7 @@ from longctx.shapes import check_plan
 from longctx.units import GIB
 
 
-def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa") -> float:
+def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa", mixed_precision=False) -> float:
     """Refuse, before minutes of estimates, what only the plan knows (its GPUs), then what its largest CP step and its
     estimates would refuse; return the GPU memory in GiB (cards.capacity: a positive number, or a card's name)."""
     if not is_power_of_two(gpus):
@@ -29,6 +26,8 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa
             f"it models); use --gpus {lower} (or {lower * 2})."
         )
     gib, _ = cards.capacity(gpu_memory_gib)
+    if mixed_precision and gpus == 1:
+        raise LongctxError("mixed precision applies to the plan's CP steps (FSDP2), and one GPU has none: --gpus 2 or more.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
     check_levers(cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1, attn_implementation=attn)
@@ -53,7 +52,9 @@ def ladder(gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tile
     ]
     if tiled_mlp:
         steps.append((steps[3][0] + ["tiled MLP"], dict(offload, tiled_mlp=True)))
-    cp = dict(steps[-1][1], attn_implementation="sdpa", mixed_precision=mixed_precision)  # torch's CP runs SDPA only
+    if gpus > 1 and attn_implementation != "sdpa":  # torch's CP runs SDPA only: switching to it is a step of its own
+        steps.append((steps[-1][0] + ["SDPA attention"], dict(steps[-1][1], attn_implementation="sdpa")))
+    cp = dict(steps[-1][1], mixed_precision=mixed_precision)
     return steps + [(steps[-1][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
 
 
@@ -73,8 +74,8 @@ def plan(
     """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
     `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
-    `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only)."""
-    gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation)
+    `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only: a step switches first)."""
+    gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation, mixed_precision)
     steps = ladder(
         gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, exact=exact
     )

@@ -15,8 +15,7 @@ def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, 
     cfg = TrainConfig(output_dir=output_dir, per_device_train_batch_size=batch_size, **how)
     trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
     batch, pool = first_step(trainer)
-    model = trainer.model
-    losses = []
+    model, losses = trainer.model, []
 
     def step():
         losses.append(float(trainer.training_step(model, batch)))

@@ -10,6 +10,7 @@ import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from longctx.errors import LongctxError, is_power_of_two
+from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
 from longctx.models import PRESETS, has_weights, is_local_config
 from longctx.paths import notebooks_dir, user_path
@@ -75,8 +76,7 @@ def _relations(params, relations):
     """Each relation names its parameter first; the first one broken is reported."""
     for rel in relations or ():  # an empty `x-relations:` reads as null
         [(kind, (name, *other))] = rel.items()  # one relation: its kind, its parameter, and what it relates that to
-        value = params.get(name)
-        why = None
+        value, why = params.get(name), None
         if kind == "at_most" and _num(value) and _num(params.get(other[0])) and value > params[other[0]]:
             why = f"must be at most {other[0]} ({params[other[0]]})"
         elif kind == "cp_multiple_of":  # context parallelism over N ranks cuts the sequence into 2·N chunks
@@ -124,6 +124,9 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
         wanted = arg if isinstance(arg, str) else next(t for t in arg if t != "null")
         why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}"
         why += f" (quote it to pass it as text: -p '{name}=\"{bad}\"')" if wanted == "string" else ""
+        why += f" (a list is written in brackets: -p '{name}=[{bad}]')" if wanted == "array" and _num(bad) else ""
+        with contextlib.suppress(LongctxError):  # a length such as 1M or 96k, written out
+            why += f" (write {bad} as -p {name}={parse_length(bad)})" if wanted == "integer" and isinstance(bad, str) else ""
     else:  # the x- keywords say it themselves
         why = _SAY[kind](arg) if kind in _SAY else error.message
     raise LongctxError(f"{notebook}: {name}={params[name]!r} " + (f"has {bad!r}, which {why}." if inner else f"{why}."))

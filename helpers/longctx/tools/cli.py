@@ -133,7 +133,8 @@ def _cmd_estimate(args) -> None:
     same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact", "tiled_mlp")  # alike
     kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
     step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
-    profile = step(attn_implementation=args.attn)
+    with contextlib.redirect_stdout(sys.stderr):  # a library's chatter (DeepSpeed's accelerator line) is not the report
+        profile = step(attn_implementation=args.attn)
     summary = {**profile.summary(), "versions": versions()}
     if args.gpu is not None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size)
@@ -165,9 +166,9 @@ def _cmd_plan(args) -> None:
     from longctx.memory.plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
-    kwargs = dict(gpus=args.gpus, gpu_memory_gib=gib, mixed_precision=args.mixed_precision, attn_implementation=args.attn)
-    kwargs["tiled_mlp"] = args.tiled_mlp
-    result = plan(args.model, parse_length(args.seq_len), progress=True, exact=args.exact, **kwargs)  # progress: stderr
+    kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp")} | dict(attn_implementation=args.attn)
+    with contextlib.redirect_stdout(sys.stderr):  # progress and any library's chatter: stdout holds only the plan
+        result = plan(args.model, parse_length(args.seq_len), gpu_memory_gib=gib, progress=True, exact=args.exact, **kwargs)
     result["capacity"] = how
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
 

@@ -24,8 +24,7 @@ def settings_file(prefix: str | Path = sys.prefix) -> Path:
 
 def write_settings(prefix: str | Path = sys.prefix) -> Path:
     """The overrides above, in longctx's own file (written atomically; rewritten only when it differs)."""
-    path = settings_file(prefix)
-    text = json.dumps(SETTINGS, indent=2) + "\n"
+    path, text = settings_file(prefix), json.dumps(SETTINGS, indent=2) + "\n"
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic(path) as tmp:

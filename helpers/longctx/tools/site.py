@@ -155,8 +155,7 @@ def _next(following: str | None, built: bool = False) -> str:
 def broken_links(site: str | Path) -> list[str]:
     """Every relative link and image of every page of `site` that points at no file of the site (links to
     other sites are not followed: the check needs no network)."""
-    site = Path(site)
-    problems = []
+    site, problems = Path(site), []
     for page in sorted(site.rglob("*.html")):
         parser, found = HTMLParser(), []
         parser.handle_starttag = lambda tag, attrs: found.extend(v for k, v in attrs if k in ("href", "src") and v)
