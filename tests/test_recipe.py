@@ -71,8 +71,10 @@ def _gpu_calls():
 def test_each_levers_printed_snippet_builds_the_helpers_config(monkeypatch, lever):
     call = _gpu_calls()[lever]
     text = recipe.snippet(call, lever)
-    shown = [n for n in recipe.LEVERS[lever] if call.kwargs.get(n) is not None]
-    assert shown and all(f"{n}=" in text for n in shown)
+    assert any(call.kwargs.get(n) is not None for n in recipe.LEVERS[lever])
+    # the lever's arguments, and the batch size with every one (transformers' default of 8 is no long-context default)
+    shown = [n for n in dict.fromkeys([*recipe.ALWAYS, *recipe.LEVERS[lever]]) if call.kwargs.get(n) is not None]
+    assert all(f"{n}=" in text for n in shown)
     if lever == "sequence parallelism":
         pytest.importorskip("deepspeed")
     reference = _on_cpu(monkeypatch, call, shown).build()

@@ -113,7 +113,7 @@ FIRST_LOSS_1M_PLAIN = Figure(10.6, "Qwen3-8B, 1,048,576 tokens without RoPE scal
 # cost per shape (TRL v1.16.0 release notes) and the guide's instance (one Trainium2 chip: 8 NeuronCores, LNC=2 pairs them)
 STEP_SECONDS_1M = Figure(380, "Qwen3-8B, 1,048,576 tokens, CP over 8 H100s: seconds per step")
 STEPS_1M = Figure(12, "the example's optimizer steps, one million-token sequence each")
-NEURON_SECONDS_PER_SHAPE = Figure(60, "Neuron: compile time per new input shape, 'about a minute' (s)", source="TRL v1.16.0")
+NEURON_SECONDS_PER_SHAPE = Figure(60, "Neuron: compile time per new input shape, 'about a minute' (s)", source="TRL 1.16 notes")
 TRAINIUM_INSTANCE, TRN2_CORES, TRN2_LNC = "trn2.3xlarge", Figure(8, "NeuronCores per chip"), Figure(2, "cores per logical core")
 # YaRN (Peng et al. 2023, arXiv:2309.00071, section 4): Llama 2 extended 16x, fine-tuned on PG19 cut into 64k-token pieces
 YARN_STEPS = Figure(400, "YaRN's s=16 Llama 2 fine-tune: optimizer steps", source="YaRN")

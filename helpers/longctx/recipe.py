@@ -21,10 +21,11 @@ LEVERS = {
     "offload": _OFFLOAD,
     "context parallelism": _CP,
     "sequence parallelism": ("parallelism_config", "deepspeed", "max_length"),
-    "padding": ("max_length", "pad_to_multiple_of", "torch_compile"),
-    "static cache": ("cache_implementation", "max_completion_length"),
+    "padding": ("max_length", "pad_to_multiple_of", "torch_compile", "activation_checkpointing"),
+    "static cache": ("cache_implementation", "max_completion_length", "num_generations"),
     "one million tokens": ("loss_type", *_OFFLOAD, "bf16", "max_length", "pad_to_multiple_of"),
 }
+ALWAYS = ("per_device_train_batch_size",)  # shown with every lever: transformers' default of 8 is a trap at long context
 WIDTH = 100  # a snippet's lines stay within this many characters where a value allows
 
 
@@ -102,11 +103,11 @@ def snippet(call: Call, lever: str | tuple[str, ...], *, name: str = "args") -> 
     for one in levers:
         check_choice("lever", one, LEVERS)
     wanted = list(dict.fromkeys(n for one in levers for n in LEVERS[one]))
-    shown = Call(call.target, {n: call.kwargs[n] for n in wanted if call.kwargs.get(n) is not None})
-    if not shown.kwargs:
+    if all(call.kwargs.get(n) is None for n in wanted):
         raise LongctxError(
             f"This {call.target.__name__} call sets none of {' + '.join(levers)}'s arguments ({', '.join(wanted)})."
         )
+    shown = Call(call.target, {n: call.kwargs[n] for n in dict.fromkeys([*ALWAYS, *wanted]) if call.kwargs.get(n) is not None})
     imports = sorted({import_line(t) for t in shown.targets()})
     return "\n".join(imports) + f"\n\n{name} = {shown.source()}"
 
@@ -115,8 +116,7 @@ def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after:
     """Print the snippet under a comment naming the installed versions of the libraries it uses."""
     packages = [t.__module__.split(".")[0] for t in call.targets()]
     packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
-    title = lever if isinstance(lever, str) else " + ".join(lever)
-    trl = call.target.__module__.startswith("trl.")
+    title, trl = lever if isinstance(lever, str) else " + ".join(lever), call.target.__module__.startswith("trl.")
     print(
         f"# {title}: printed from the lesson's own config ({', '.join(f'{p} {version(p)}' for p in packages)})\n"
         + ("# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n" if trl else "")

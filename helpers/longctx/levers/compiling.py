@@ -61,8 +61,9 @@ class CompileCounter:
 
 
 def dynamo_snippet() -> str:
-    """The dynamo setting the lesson compiles under, as the lines a reader adds before training."""
-    return f"import torch\n\ntorch._dynamo.config.automatic_dynamic_shapes = {AUTOMATIC_DYNAMIC_SHAPES}"
+    """The dynamo settings the lesson compiles under, as the lines a reader adds before training."""
+    limit = f"torch._dynamo.config.recompile_limit = {RECOMPILE_LIMIT}  # past the default 8 shapes, eager"
+    return f"import torch\n\ntorch._dynamo.config.automatic_dynamic_shapes = {AUTOMATIC_DYNAMIC_SHAPES}\n{limit}"
 
 
 @contextlib.contextmanager
