@@ -28,3 +28,15 @@ def test_config_from_file(tmp_path):
     models.config("tiny").save_pretrained(tmp_path)
     cfg = models.config(str(tmp_path / "config.json"))
     assert cfg.hidden_size == models.PRESETS["tiny"].config["hidden_size"]
+
+
+def test_a_hub_id_that_cannot_be_reached_names_the_preset_of_its_shape(monkeypatch):
+    def unreachable(cls, source, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(models, "from_pretrained", unreachable)
+    twin = next(p for p in models.PRESETS.values() if p.hub_id)
+    with pytest.raises(LongctxError, match=f"connect.*Without the network, the preset '{twin.name}' has its shape"):
+        models.config(twin.hub_id)
+    with pytest.raises(LongctxError, match=r"to load the files$"):  # a hub id no preset stands for: nothing added
+        models.config("someone/unknown-model")

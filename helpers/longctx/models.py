@@ -194,8 +194,9 @@ def config(spec: str, **overrides):
     except LongctxError:
         raise
     except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
+        twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
         raise LongctxError(
-            f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}{twin}"
         ) from None
 
 

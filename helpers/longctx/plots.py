@@ -151,6 +151,7 @@ def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = No
     late = peak > 0.6 * len(totals)  # a late peak is labelled left of its line, clear of the legend beside the axes
     side = dict(ha="right", xytext=(-4, -10)) if late else dict(ha="left", xytext=(4, -10))
     ax.annotate(f"peak {top:.2f} {unit_name}", (peak, top), fontsize=8, textcoords="offset points", **side)
+    ax.plot([peak], [top], "k.", ms=4)  # a one-operator spike is thinner than a pixel: the label's height, marked
     if capacity:
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"device capacity {capacity:.2f} {unit_name}")
     xlabel = "operator index in one training step (forward | backward, shaded | optimizer, darker)"

@@ -171,8 +171,7 @@ def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs)
 def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:
     history = trainer.state.log_history
     train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
-    eval_rows = [r for r in history if "eval_loss" in r]
-    best = trainer.state.best_metric
+    eval_rows, best = [r for r in history if "eval_loss" in r], trainer.state.best_metric
     return TrainResult(
         losses=[float(r["loss"]) for r in train_rows],
         steps=[int(r["step"]) for r in train_rows],

@@ -287,8 +287,7 @@ def estimate(
     (memory/repeat.py says why that is exact); `exact=True` traces every layer and every shard."""
     from longctx import models
 
-    device = device or ("cuda" if fake else "cpu")
-    cfg = models.config(model) if isinstance(model, str) else model
+    device, cfg = device or ("cuda" if fake else "cpu"), models.config(model) if isinstance(model, str) else model
     levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
     levers.update(optim=optim, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp)
     check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)

@@ -174,8 +174,7 @@ def measure_cuda(
         if snapshot:
             torch.cuda.memory._dump_snapshot(str(snapshot))  # pickle.dump(_snapshot()) into the file
             torch.cuda.memory._record_memory_history(enabled=None)
-    profile = tracker.profile("memtracker+cuda-allocator")
-    peak = torch.cuda.max_memory_allocated(device)
+    profile, peak = tracker.profile("memtracker+cuda-allocator"), torch.cuda.max_memory_allocated(device)
     profile.note("cuda_allocator", allocator_peak_bytes=peak, allocator_baseline_bytes=baseline, allocator_peak_gib=peak / GIB)
     ratio, saved = (profile.peak_bytes / peak if peak else None), (str(snapshot) if snapshot else None)
     profile.note("cuda_allocator", tracker_over_allocator=ratio, snapshot=saved)
