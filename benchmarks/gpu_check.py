@@ -250,12 +250,13 @@ def measure(report: Report, budget: float) -> None:
             sec["estimates"].append(row)
             report.save()
     finally:
+        running = list((pool._processes or {}).values())  # shutdown() forgets them
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list(getattr(pool, "_processes", {}).values()):  # an estimate still running is not waited for
+        for proc in running:  # an estimate still running is not waited for
             proc.kill()
 
 
-def notebooks(report: Report, budget: float) -> None:
+def notebooks(report: Report, budget: float, only=tuple(NOTEBOOKS)) -> None:
     """(d): 00, 01, 03 at the gpu size on the local full-shape model, each through `longctx run` in its own
     process group with a time cap; a failure or a time-out is recorded and the next notebook runs."""
     sec = report.section
@@ -263,6 +264,8 @@ def notebooks(report: Report, budget: float) -> None:
     folder = local_model(report.out, build_weights=True)
     report.save()
     for nb, overrides in NOTEBOOKS.items():
+        if nb not in only:
+            continue
         left = _left(report, budget)
         if left < MIN_LEFT["notebooks"]:
             results[nb] = {"status": "skipped", "reason": f"budget: {left:.0f} s of {budget:.0f} left"}
@@ -387,6 +390,7 @@ def main(argv=None) -> int:
     ap.add_argument("phase", choices=sorted(BUDGETS), help="measure: (a)(b)(c); notebooks: (d); dry-run: no GPU")
     ap.add_argument("--out", default=None, help="folder for the reports and everything heavy (default build/gpu_check/)")
     ap.add_argument("--budget", type=float, default=None, help="seconds this phase may take (default: see BUDGETS)")
+    ap.add_argument("--only", nargs="+", choices=list(NOTEBOOKS), default=list(NOTEBOOKS), help="notebooks: run these")
     ap.add_argument("--report-to", default=os.environ.get("OUT"), help="copy only the report files here (default $OUT)")
     args = ap.parse_args(argv)
     out = Path(args.out or build_dir() / "gpu_check").resolve()
@@ -406,9 +410,10 @@ def main(argv=None) -> int:
     try:
         report.section["checked"] = check_inputs(out)
         report.save()
-        {"dry-run": dry_run, "measure": measure, "notebooks": notebooks}[args.phase](
-            *((report,) if args.phase == "dry-run" else (report, budget))
-        )
+        if args.phase == "dry-run":
+            dry_run(report)
+        else:
+            measure(report, budget) if args.phase == "measure" else notebooks(report, budget, args.only)
         report.section["finished"] = True
     except LongctxError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)

@@ -71,22 +71,10 @@ def check_model(cfg) -> None:
 
 
 def check_levers(
-    cfg,
-    seq_len,
-    *,
-    loss: str,
-    checkpointing: bool,
-    offload: bool,
-    dtype: str,
-    batch: int,
-    device: str = "cpu",
-    optim: str = "fused",
-    attn_implementation: str = "sdpa",
-    cp_size: int = 1,
-    mixed_precision: bool = False,
-    fake: bool = True,
-    tiled_mlp: bool = False,
-) -> None:
+    cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int, device: str = "cpu",
+    optim: str = "fused", attn_implementation: str = "sdpa", cp_size: int = 1, mixed_precision: bool = False,
+    fake: bool = True, tiled_mlp: bool = False,
+) -> None:  # fmt: skip
     """Refuse, before anything is built, a model or a combination of levers the estimate cannot stand for."""
     check_model(cfg)
     for name, value in (("seq_len", seq_len), ("batch", batch), ("cp_size", cp_size)):
@@ -138,21 +126,10 @@ def _default_dtype(dtype):
 
 
 def build_step(
-    cfg,
-    seq_len: int,
-    *,
-    loss: str = "chunked",
-    checkpointing: bool = True,
-    offload: bool = False,
-    batch: int = 1,
-    lr: float = 1e-5,
-    seed: int = 0,
-    mesh=None,
-    mixed_precision: bool = False,
-    optim: str = "fused",
-    attn_implementation: str = "sdpa",
-    tiled_mlp: bool = False,
-):
+    cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False, batch: int = 1,
+    lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False, optim: str = "fused",
+    attn_implementation: str = "sdpa", tiled_mlp: bool = False,
+):  # fmt: skip
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
     decoder layer, then the root, as accelerate wraps them; `mixed_precision` as its `mixed_precision: bf16`) and the
