@@ -229,3 +229,17 @@ def test_the_ulysses_deepspeed_config_takes_its_numbers_from_the_sftconfig(tmp_p
     assert ds.mismatches == []
     assert ds.config["optimizer"]["params"]["lr"] == 2e-5
     assert (ds.config["train_micro_batch_size_per_gpu"], ds.config["gradient_accumulation_steps"]) == (2, 4)
+
+
+def test_the_readme_quotes_the_committed_gpu_report():
+    """The README's GPU figures are read off the report the H200 run wrote (benchmarks/results/), not typed apart."""
+    import json
+    import re
+
+    rows = json.loads((REPO / "benchmarks/results/gpu_check-h200-2026-12-04/2-tracker-fixed/gpu_check.json").read_text())
+    ratios = [r["estimate_over_allocator"] for r in rows["measure"]["estimates"] if "estimate_over_allocator" in r]
+    quoted = re.search(
+        r"within ([\d.]+)–([\d.]+)×\s+of the CUDA allocator's peak in all (\d+) steps", (REPO / "README.md").read_text()
+    )
+    assert quoted, "the README's GPU sentence changed: update this test"
+    assert (float(quoted[1]), float(quoted[2]), int(quoted[3])) == (round(min(ratios), 3), round(max(ratios), 3), len(ratios))

@@ -25,7 +25,7 @@ class ReleasingMemTracker(MemTracker):
     """torch 2.13.0 (2.11.0 too, seen on an H200): ModTracker hangs a multi-grad hook on every module's inputs and
     outputs and never removes it; the hook's closure holds the grad_fn it hangs on, a cycle through C++ that Python's
     collector cannot see, so each tracked step's graph, and with it the parameters and gradients, outlives the model
-    (2.2 GiB more on the card per Qwen3-0.6B step measured). This removes those hooks when tracking ends.
+    (benchmarks/results/gpu_check-h200-2026-12-04/1-first-try). This removes those hooks when tracking ends.
     Test: test_compat.py::test_modtracker_still_keeps_the_graph_alive."""
 
     def _swaps(self) -> list:  # what is patched while tracking
