@@ -129,6 +129,30 @@ def test_accelerate_deepspeed_backward_still_steps_at_once():
     ]
 
 
+def test_deepspeed_still_builds_its_shm_op_on_cpu(monkeypatch):
+    """deepspeed 0.19.8 on a CPU: `build_shm_op` JIT-compiles the shared-memory op (behind torch's unbounded lock)
+    whenever its table of compatible ops lists it. When it stops doing so, compat.deepspeed_without_shm_build can go;
+    with it in place, nothing is built."""
+    pytest.importorskip("deepspeed")
+    import importlib
+
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    from longctx import compat
+
+    ds_torch = importlib.import_module("deepspeed.comm.torch")  # (deepspeed.comm's `torch` is torch itself)
+    builder = type(get_accelerator().create_op_builder("ShareMemCommBuilder"))
+    built = []
+    monkeypatch.setattr(builder, "jit_load", lambda self, verbose=True: built.append(self.NAME) or "op")
+    table = deepspeed.ops.__compatible_ops__
+    monkeypatch.setitem(table, "deepspeed_shm_comm", table["deepspeed_shm_comm"])  # put back after the test
+    assert table["deepspeed_shm_comm"] is True
+    assert ds_torch.build_shm_op() == "op" and built == ["deepspeed_shm_comm"]
+    compat.deepspeed_without_shm_build()
+    assert ds_torch.build_shm_op() is None and built == ["deepspeed_shm_comm"]
+
+
 def test_trl_fused_head_still_branches_on_the_device():
     import inspect
 

@@ -587,3 +587,52 @@ def test_inputs_no_command_can_use_are_told_plainly(tmp_path, monkeypatch, capsy
     assert re.search(fragment, err) and "Traceback" not in err, err
     assert not (tmp_path / "new\nline").exists() and not (tmp_path / "out").exists()
     assert not (tmp_path / "afile").exists() or (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "cell,what",
+    [
+        ("os.kill(os.getpid(), signal.SIGSTOP)", "(stopped). A stopped process waits for a SIGCONT"),
+        ("subprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)", "sleep (sleeping)"),
+    ],
+    ids=["stopped-kernel", "waiting-kernel-and-its-child"],
+)
+def test_a_stuck_kernel_is_stopped_at_its_limit_with_everything_it_started(tmp_path, cell, what):
+    import time
+
+    import nbformat
+    import psutil
+
+    original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
+    params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
+    stuck = nbformat.v4.new_code_cell(f"import os, signal, subprocess, time\n{cell}")
+    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_markdown_cell("x"), stuck], metadata=original.metadata)
+    path = tmp_path / "copy" / "00_memory_primer.ipynb"
+    path.parent.mkdir()
+    nbformat.write(mine, path)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    start = time.monotonic()
+    with pytest.raises(harness.NotebookFailed) as err:
+        harness.run(str(path), "ci", out=tmp_path / "out", progress=False, timeout=0.25)
+    assert time.monotonic() - start < 0.25 * 60 + 60  # ended at its limit, not at nbclient's or the test run's
+    assert err.value.ename == harness.TIMED_OUT
+    message = str(err.value)
+    assert "timed out in cell 3 (`import os, signal, subprocess, time`)" in message  # papermill injects one cell
+    assert "limit of 0.25 min (--timeout)" in message and what in message and "the kernel (" in message
+    time.sleep(1)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == []
+    assert not any("sleep" in " ".join(p.cmdline()) and p.cmdline()[-1] == "600" for p in psutil.process_iter(["cmdline"]))
+
+
+def test_time_limits_come_from_the_declared_minutes_and_bad_ones_are_refused(capsys):
+    from longctx.run import needs
+    from longctx.tools import cli
+
+    minutes, how = harness.time_limit("04_context_parallelism", "ci")
+    assert minutes == needs.LIMIT_FACTOR * needs.of("04_context_parallelism", "ci").minutes + needs.LIMIT_SLACK
+    assert "needs.yaml declares" in how and harness.time_limit("04_context_parallelism", "ci", 3) == (3, "--timeout")
+    for bad in ("0", "-1", "nan", "inf"):
+        assert cli.main(["run", "00", "--size", "ci", "--timeout", bad]) == 2
+        assert "--timeout must be a positive number of minutes" in capsys.readouterr().err

@@ -118,6 +118,23 @@ def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stale_deepspeed_build_lock_does_not_stop_a_ulysses_run(tmp_path, monkeypatch):
+    """A DeepSpeed op build killed midway leaves torch's lock file in the extensions folder; torch waits on it without
+    a limit. The Ulysses run builds nothing on a CPU (compat.deepspeed_without_shm_build), so it finishes."""
+    from longctx.levers import parallel
+
+    if not parallel.deepspeed_available():
+        pytest.skip("DeepSpeed is not installed (pip install 'longctx[deepspeed]')")
+    extensions = tmp_path / "torch_extensions"
+    (extensions / "deepspeed_shm_comm").mkdir(parents=True)
+    (extensions / "deepspeed_shm_comm" / "lock").touch()  # what a killed build leaves
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
+    run = parallel.launch("sp", 2, model="tiny", seq_len=64, out=tmp_path / "run", timeout=300, progress=False)
+    assert run.nprocs == 2 and run.loss > 0
+    assert sorted(p.name for p in (extensions / "deepspeed_shm_comm").iterdir()) == ["lock"]  # nothing was built
+
+
+@pytest.mark.slow
 def test_pool_workers_end_with_the_process_that_started_them(tmp_path):
     import os
     import signal

@@ -111,7 +111,7 @@ def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_pa
 def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path, ename, evalue):
     calls = []
 
-    def oom_runner(notebook, size, params, out, progress):
+    def oom_runner(notebook, size, params, out, progress, timeout):
         calls.append(params)
         raise harness.NotebookFailed("boom", ename, evalue)
 
@@ -123,8 +123,25 @@ def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path, ename, evalue):
     assert len(calls) == 1
 
 
+def test_a_timed_out_point_is_a_result_run_again_only_under_a_longer_limit(tmp_path):
+    limits = []
+
+    def stuck(notebook, size, params, out, progress, timeout):
+        limits.append(timeout)
+        raise harness.NotebookFailed("timed out", harness.TIMED_OUT, f"after {timeout:g} min")
+
+    folder, point = tmp_path / "points" / "x", ("01_chunked_loss", "ci", {})
+    record = sweep.run_point(*point, str(folder), runner=stuck, timeout=6)
+    assert record["status"] == "timed out" and record["limit_minutes"] == 6 and "after 6 min" in record["error"]
+    assert sweep.is_done(folder, limit=6) and sweep.is_done(folder, limit=5)
+    sweep.run_point(*point, str(folder), runner=stuck, timeout=6)  # the same limit: kept as it is
+    assert limits == [6] and not sweep.is_done(folder, limit=12)
+    sweep.run_point(*point, str(folder), runner=stuck, timeout=12)  # more time asked for: run again
+    assert limits == [6, 12]
+
+
 def test_other_failures_are_recorded_and_retried(tmp_path):
-    def failing(notebook, size, params, out, progress):
+    def failing(notebook, size, params, out, progress, timeout):
         raise harness.NotebookFailed("boom", "ValueError", "bad")
 
     folder = tmp_path / "points" / "x"
@@ -453,7 +470,7 @@ def test_a_damaged_sweep_folder_is_refused_before_any_point_and_a_fifo_record_ne
     assert record["status"] == "ok" and sweep.is_done(point, record["key"]) and (point / "point.json").is_file()
 
 
-def _finished(notebook, size, params, out, progress):
+def _finished(notebook, size, params, out, progress, timeout):
     from types import SimpleNamespace
 
     return SimpleNamespace(seconds=1.0, results={"results": {"peak_mib": 1.0}})

@@ -4,6 +4,7 @@ import contextlib
 import ctypes
 import multiprocessing
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -26,6 +27,42 @@ def kill_trees(pids) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+class Deadline:
+    """A time limit on the processes a block starts: after `seconds`, every process started below this one since the
+    block began (a notebook's kernel and everything it started) is killed, and what each was doing is kept in `seen`.
+    `fired` says whether the limit was reached. (A kernel's process group would miss torchrun's ranks, which sit in
+    sessions of their own; a kernel killed first would orphan them.)"""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.fired, self.seen = seconds, False, []
+
+    def __enter__(self) -> "Deadline":
+        self._before = {p.pid for p in psutil.Process().children()}
+        self._timer = threading.Timer(self.seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        started = [p for p in psutil.Process().children() if p.pid not in self._before]
+        for proc in started:
+            with contextlib.suppress(psutil.Error):
+                for one in [proc, *proc.children(recursive=True)]:
+                    self.seen.append(f"{_command(one)} ({one.status()})")
+        self.fired = True  # before the kill: whoever sees the kernel die can tell why
+        kill_trees([p.pid for p in started])
+
+
+def _command(proc) -> str:
+    """A process's program, short: `python -m longctx.levers.cp_worker` → `longctx.levers.cp_worker`."""
+    cmd = proc.cmdline() or [proc.name()]
+    program = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else Path(cmd[0]).name
+    return "the kernel" if program == "ipykernel_launcher" else program
 
 
 def stop_tree(proc) -> None:

@@ -242,3 +242,16 @@ def register_flash_attention_2(stand_ins) -> str:
     AttentionInterface.register(FLASH_ATTENTION_2, stand_ins.flash_attention_2)
     AttentionMaskInterface.register(FLASH_ATTENTION_2, flash_attention_mask)
     return FLASH_ATTENTION_2
+
+
+def deepspeed_without_shm_build() -> None:
+    """deepspeed 0.19.8: on a CPU, `TorchBackend.__init__` (deepspeed/comm/torch.py, `build_shm_op`) JIT-compiles a
+    shared-memory all-reduce into torch's per-user extension folder (~/.cache/torch_extensions, shared by every venv)
+    behind a lock file that torch waits on without a time limit (`torch.utils.file_baton.FileBaton.wait`): a build
+    killed midway leaves the lock, and every later Ulysses run on the machine hangs. The op only speeds up CPU
+    all-reduces; without it DeepSpeed calls torch.distributed's gloo collectives. This marks it incompatible in
+    DeepSpeed's own table (`deepspeed.ops.__compatible_ops__`, which `build_shm_op` reads before building), so
+    nothing is built, loaded or locked. Test: test_compat.py::test_deepspeed_still_builds_its_shm_op_on_cpu."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False

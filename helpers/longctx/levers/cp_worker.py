@@ -89,6 +89,8 @@ def main(spec_path: str) -> None:
         from accelerate import PartialState
         from deepspeed.utils import safe_get_full_grad
 
+        if spec["device"] == "cpu":  # no JIT build of DeepSpeed's CPU shared-memory op (and no lock to wait on)
+            compat.deepspeed_without_shm_build()
         PartialState(backend="gloo" if spec["device"] == "cpu" else "nccl")
         in_step = compat.before_deepspeed_step(lambda: box.update(grads=_full_grads(trainer.model, safe_get_full_grad)))
     torch.manual_seed(spec["seed"])

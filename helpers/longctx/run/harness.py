@@ -25,6 +25,7 @@ from longctx.run import needs, schema
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
 OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
+TIMED_OUT = "TimedOut"  # NotebookFailed.ename of a run stopped at its time limit (needs.LIMIT_FACTOR, --timeout)
 _WIDGET = "application/vnd.jupyter.widget-view+json"  # a progress bar's output: saved stateless, a bar frozen at 0%
 # the executed notebook saved once, at the end; the kernel's own log quieted (quiet.py)
 _PAPERMILL = {"log_output": False, "request_save_on_cell_execute": False, "extra_arguments": quiet.KERNEL_ARGUMENTS}
@@ -200,16 +201,38 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
     return params
 
 
-def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Path | None = None, progress=True) -> RunResult:
-    """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/)."""
+def check_timeout(minutes) -> float | None:
+    """A run's time limit in minutes (`--timeout`): a positive number, or None for the size's own limit."""
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 < minutes < 1e6):
+        raise LongctxError(f"--timeout must be a positive number of minutes (below a million), got {minutes!r}.")
+    return minutes
+
+
+def time_limit(notebook: str, size: str, minutes: float | None = None) -> tuple[float, str]:
+    """(minutes, where they come from): `minutes` when given, else the size's declared minutes with the margin."""
+    if minutes is not None:
+        return minutes, "--timeout"
+    declared = needs.of(notebook, size)
+    how = f"{needs.LIMIT_FACTOR} × the {declared.minutes:g} min notebooks/params/needs.yaml declares, + {needs.LIMIT_SLACK}"
+    return declared.limit_minutes, how
+
+
+def run(
+    name: str, size: str = "cpu", overrides: dict | None = None, *, out: Path | None = None, progress=True,
+    timeout: float | None = None,
+) -> RunResult:  # fmt: skip
+    """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/), stopped with everything it
+    started after `timeout` minutes (default: time_limit's)."""
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
 
     from longctx.data import require_corpus
 
     check_choice("size", size, SIZES)
+    check_timeout(timeout)
     notebook = resolve(name)
     params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in _checked(notebook, size, overrides).items()}
+    limit, limit_how = time_limit(notebook.stem, size, timeout)
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
@@ -224,7 +247,7 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
         warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
         try:
             with mock.patch.dict(os.environ, LONGCTX_OUT=str(out), LONGCTX_SIZE=size):  # the kernel's session reads them
-                pm.execute_notebook(str(notebook), str(writing), params, cwd=str(out), progress_bar=progress, **_PAPERMILL)
+                _execute(notebook, writing, params, out, progress, limit, limit_how)
         except pm.PapermillExecutionError as exc:
             why = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
             failed = NotebookFailed(f"{why}. The executed notebook is at {executed}.", exc.ename, exc.evalue)
@@ -251,14 +274,47 @@ def run(name: str, size: str = "cpu", overrides: dict | None = None, *, out: Pat
     return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), time.perf_counter() - start)
 
 
-def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = True) -> list[RunResult]:
-    """The main job: every notebook at `size`, each into build/<notebook>/."""
+def _execute(notebook: Path, writing: Path, params: dict, out: Path, progress: bool, limit: float, limit_how: str) -> None:
+    """papermill's run of `notebook` into `writing`, stopped with every process it started after `limit` minutes:
+    then NotebookFailed(TIMED_OUT), naming the cell that was running and what each process was doing."""
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError
+
+    running = {"count": 0, "line": ""}  # the code cell running, numbered as papermill's errors number cells
+
+    def on_cell_start(cell, cell_index):  # nbclient's hook, before each cell (a markdown one too)
+        if cell.cell_type == "code" and cell.source.strip():
+            running.update(count=running["count"] + 1, line=cell.source.strip().splitlines()[0][:80])
+
+    # nbclient's per-cell timeout is a backstop a minute past the limit: the deadline kills the whole process tree first
+    limits = dict(execution_timeout=int(limit * 60) + 60, on_cell_start=on_cell_start)
+    with children.Deadline(limit * 60) as deadline:
+        try:
+            pm.execute_notebook(str(notebook), str(writing), params, cwd=str(out), progress_bar=progress, **_PAPERMILL, **limits)
+        except Exception as exc:
+            if not (deadline.fired or isinstance(exc, CellTimeoutError)):
+                raise
+            ran = f" in cell {running['count']} (`{running['line']}`)" if running["count"] else " while its kernel started"
+            what = f": {', '.join(deadline.seen)}" if deadline.seen else ""
+            stuck = " A stopped process waits for a SIGCONT that never came." if "(stopped)" in what else ""
+            raise NotebookFailed(
+                f"{notebook.stem} timed out{ran}: it ran past its limit of {limit:g} min ({limit_how}) and was stopped "
+                f"with every process it had started{what}.{stuck} If it is slow rather than stuck, give it more time "
+                "with --timeout MINUTES.",
+                TIMED_OUT,
+                f"after {limit:g} min",
+            ) from None
+
+
+def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = True, timeout=None) -> list[RunResult]:
+    """The main job: every notebook at `size`, each into build/<notebook>/ (`timeout`: minutes each, see run)."""
+    check_timeout(timeout)
     chosen = [resolve(n) for n in names] if names else list(notebooks().values())
     for nb in chosen:  # every size file and the machine checked before the first notebook spends minutes
         _checked(nb, size)
     results = []
     for nb in chosen:
         print(f"== {nb.stem} ({size})", flush=True)
-        results.append(r := run(nb.stem, size, progress=progress))
+        results.append(r := run(nb.stem, size, progress=progress, timeout=timeout))
         print(f"   {r.seconds:.0f} s → {r.out}", flush=True)
     return results

@@ -21,6 +21,10 @@ from longctx.paths import notebooks_dir
 MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL")  # parameters that name a model
 PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kernel reads
 GB = 1e9  # cards are sold in decimal GB: an "80 GB" H100 reports about 85.5e9 bytes
+# A run is stopped after LIMIT_FACTOR × its size's minutes + LIMIT_SLACK minutes (`longctx run --timeout` sets another):
+# the minutes are measured with the machine otherwise idle, and `make test`'s two workers on two cores, or a kernel
+# start on a loaded machine, take up to about twice that; a run past four times is stuck, not slow.
+LIMIT_FACTOR, LIMIT_SLACK = 4, 2
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,11 @@ class Needs:
     gpu_memory_gb: float = 0.0
     hub: bool = False
     disk_gb: float = 0.0
+
+    @property
+    def limit_minutes(self) -> float:
+        """How long a run of this size may take before it is stopped as stuck."""
+        return LIMIT_FACTOR * self.minutes + LIMIT_SLACK
 
     def describe(self) -> str:
         """One line: '8 CUDA GPUs ≥ 80 GB, hub (20 GB disk), ~20 min (expected)'."""

@@ -30,9 +30,10 @@ def _cmd_run(args) -> None:
     from longctx.run import harness
 
     if args.command == "all":  # every notebook (or those named), each into build/<notebook>/
-        harness.run_all(args.size, args.notebooks or None, progress=not args.quiet)
+        harness.run_all(args.size, args.notebooks or None, progress=not args.quiet, timeout=args.timeout)
         return
-    r = harness.run(args.notebook, args.size, harness.parse_overrides(args.param), out=args.out, progress=not args.quiet)
+    overrides = harness.parse_overrides(args.param)
+    r = harness.run(args.notebook, args.size, overrides, out=args.out, progress=not args.quiet, timeout=args.timeout)
     print(f"{r.notebook} ({r.size}) finished in {r.seconds:.1f} s → {r.out / 'results.json'}")
 
 
@@ -42,18 +43,21 @@ def _cmd_sweep(args) -> None:
 
     slurm = {k: getattr(args, k) for k in ("partition", "gpus", "time") if getattr(args, k) is not None}
     fixed = harness.parse_overrides(args.param)
-    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid), fixed=fixed, out=args.out)
+    sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid), fixed=fixed, out=args.out, timeout=args.timeout)
     path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric, progress=not args.quiet)
     rows = sweep.table(sw)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "error", "died", "missing")}
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "timed out", "error", "died", "missing")}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
+    if counts["timed out"]:
+        print(f"longctx: {counts['timed out']} point(s) ran past the {sw.limit:g}-minute limit and were stopped; a longer "
+              "--timeout runs them again (the same command keeps them as timed out).", file=sys.stderr)  # fmt: skip
     if unfinished := counts["error"] + counts["died"] + counts["missing"]:
         where = sw.out / "points"
         raise LongctxError(f"{unfinished} point(s) did not finish (see point.json under {where}); the same command retries them.")
 
 
 def _cmd_figures(args) -> None:
-    out = figures.regenerate(args.size, args.out, progress=not args.quiet, force=args.force)
+    out = figures.regenerate(args.size, args.out, progress=not args.quiet, force=args.force, timeout=args.timeout)
     print(f"{len(figures.GUIDE_FIGURES)} guide figures (PNG + SVG) and index.md → {out}")
 
 
@@ -73,7 +77,8 @@ def _cmd_list(args) -> None:
         print(name)
         for size in harness.SIZES:
             if size in harness.sizes(path) or size == harness.REHEARSAL:
-                print(f"  {size:10s} {needs.of(name, size).describe()}")
+                declared = needs.of(name, size)
+                print(f"  {size:10s} {declared.describe()}; stopped after {declared.limit_minutes:g} min")
 
 
 def _cmd_data(args) -> None:
@@ -186,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     quiet = _flag("-q", "--quiet", action="store_true", help="no progress bar")
     force = _flag("--force", action="store_true", help="write again over what this command wrote (other files are kept)")
     as_json = _flag("--json", action="store_true", help="print one JSON object")
+    timeout = _flag(
+        "--timeout", type=float, default=None, metavar="MINUTES",
+        help="stop a notebook (with every process it started) after this many minutes (default: 4 × its size's "
+        "minutes + 2; `longctx list` shows both)",
+    )  # fmt: skip
     param = _flag("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="set a notebook parameter (repeatable)")
     model = _flag("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
     model.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
@@ -202,9 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = command("run", _cmd_run, "execute one notebook headless at a size", size, param, out, quiet)
+    p = command("run", _cmd_run, "execute one notebook headless at a size", size, param, out, quiet, timeout)
     p.add_argument("notebook", help="name, number or path, e.g. 00_memory_primer or 00")
-    p = command("sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, param, out, quiet)
+    p = command(
+        "sweep", _cmd_sweep, "run a notebook over a parameter grid (resumable), then tabulate", size, param, out, quiet, timeout
+    )
     p.add_argument("notebook")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
     p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
@@ -213,11 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", default=None, help="SLURM partition")
     p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
     p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
-    command("figures", _cmd_figures, "regenerate every guide figure into one folder, with an index page", size, out, force, quiet)
+    what = "regenerate every guide figure into one folder, with an index page"
+    command("figures", _cmd_figures, what, size, out, force, quiet, timeout)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
     for key, value in base_model.BASE.items():
         p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
-    p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet)
+    p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet, timeout)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
     p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)
     p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])

@@ -19,12 +19,13 @@ GUIDE_FIGURES = {
 }
 
 
-def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, progress=True, force=False) -> Path:
+def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, progress=True, force=False, timeout=None):
     """Run the notebooks that draw the guide's figures at `size` (or reuse `runs`: notebook → RunResult); write the
     figures and index.md into `out` (default build/figures/<size>/), refused before any run if it holds files this
-    command did not write (`force`: add them beside)."""
+    command did not write (`force`: add them beside); `timeout`: minutes per notebook (harness.run)."""
     from longctx.run import harness, needs
 
+    harness.check_timeout(timeout)
     writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
     out = files.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, force=force)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
@@ -35,7 +36,7 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     runs = dict(runs or {})
     for nb in (nb for nb in notebooks if nb not in runs):
         print(f"== {nb} ({size})", flush=True)
-        runs[nb] = harness.run(nb, size, out=build_dir() / "figures-runs" / size / nb, progress=progress)
+        runs[nb] = harness.run(nb, size, out=build_dir() / "figures-runs" / size / nb, progress=progress, timeout=timeout)
     with files.staging(out) as tmp:
         lines = [
             f"# Guide figures ({size} size)\n\nEach from the run named under it (`longctx figures --size {size}`); "

@@ -1,6 +1,7 @@
 """Parameter sweeps: each point of a grid run by the harness in a temporary folder renamed into place when it
 finished (`point.json` with its key: Sweep.key), so a sweep resumes and leaves no half result. Out of memory is a
-result ("oom", never re-run); any other failure is retried by the next run. Executors: "local" (`jobs` at once) and
+result ("oom", never re-run); so is a time-out ("timed out", re-run only under a longer --timeout); any other failure
+is retried by the next run. Executors: "local" (`jobs` at once) and
 SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
 
 import contextlib
@@ -34,6 +35,7 @@ EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
 OOM_NAMES = ("OutOfMemoryError", "MemoryError", harness.OOM_KILLED)
+FINISHED = ("ok", "oom", "timed out")  # a point's outcomes that are results (the others are retried)
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
 OOM_WORDS = ("out of memory", "can't allocate memory")
 
@@ -65,10 +67,12 @@ class Sweep:
     # where the points run, part of their key: this machine's accelerators (read without a CUDA context), or
     # for --executor slurm the partition and GPUs asked for; a point is not reused on other hardware
     machine: str | None = None
+    timeout: float | None = None  # minutes per point (None: the size's limit, harness.time_limit)
 
     def __post_init__(self) -> None:
         path = harness.resolve(self.notebook)
         self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
+        self.limit = harness.time_limit(self.notebook, self.size, harness.check_timeout(self.timeout))[0]
         if not self.grid:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
         if both := sorted(set(self.grid) & set(self.fixed)):
@@ -124,7 +128,7 @@ class Sweep:
         return self.out / "points" / f"{name}__{self.key(point)}"
 
     def pending(self) -> list[dict]:
-        return [p for p in self.points() if not is_done(self.folder(p), self.key(p))]
+        return [p for p in self.points() if not is_done(self.folder(p), self.key(p), self.limit)]
 
 
 def _version(dist: str) -> str:
@@ -141,10 +145,13 @@ def _stats(root: Path, names) -> list:
     return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in visible]
 
 
-def is_done(folder: Path, key: str | None = None) -> bool:
-    """The point in `folder` finished (ok, or out of memory), under `key` when one is given."""
+def is_done(folder: Path, key: str | None = None, limit: float | None = None) -> bool:
+    """The point in `folder` finished (ok, out of memory, or timed out under a limit at least `limit` minutes), under
+    `key` when one is given."""
     record = _read_record(folder)
-    return record.get("status") in ("ok", "oom") and (key is None or record.get("key") == key)
+    if record.get("status") == "timed out" and limit is not None and not record.get("limit_minutes", 0) >= limit:
+        return False  # a longer limit was asked for: run it again
+    return record.get("status") in FINISHED and (key is None or record.get("key") == key)
 
 
 def _read_record(folder: Path) -> dict:
@@ -152,11 +159,11 @@ def _read_record(folder: Path) -> dict:
     return files.json_object(folder / "point.json") or {"status": "missing"}
 
 
-def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None) -> dict:
-    """Execute one point into `folder` atomically and return its record (also written as point.json).
-    Safe to call in another process (SLURM job, pool worker)."""
+def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None, timeout=None) -> dict:
+    """Execute one point into `folder` atomically, stopped after `timeout` minutes, and return its record (also
+    written as point.json). Safe to call in another process (SLURM job, pool worker)."""
     folder = Path(folder)
-    if is_done(folder, key):
+    if is_done(folder, key, timeout):
         return _read_record(folder)
     # host and PID in the name: only the process that made a temporary folder, or a later run on the same
     # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
@@ -165,12 +172,13 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
     try:
-        result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False)
+        result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False, timeout=timeout)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
     except harness.NotebookFailed as exc:
         oom = exc.ename in OOM_NAMES or any(words in exc.evalue.lower() for words in OOM_WORDS)
         died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
-        record.update(status="oom" if oom else "died" if died else "error", error=f"{exc.ename}: {exc.evalue}")
+        status = "timed out" if exc.ename == harness.TIMED_OUT else "oom" if oom else "died" if died else "error"
+        record.update(status=status, error=f"{exc.ename}: {exc.evalue}", limit_minutes=timeout)
     write_json_atomic(tmp / "point.json", record)
     shutil.rmtree(folder, ignore_errors=True)  # an earlier failed attempt: replaced
     os.replace(tmp, folder)
@@ -230,7 +238,7 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
     if done := len(sweep.points()) - len(todo):
         print(f"{done} of {len(sweep.points())} points already done; running {len(todo)}", flush=True)
     source = _snapshot(sweep)  # every point runs this copy, whatever happens to the notebook meanwhile
-    calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p)) for p in todo]
+    calls = [(str(source), sweep.size, {**sweep.fixed, **p}, str(sweep.folder(p)), None, sweep.key(p), sweep.limit) for p in todo]
     _check_metric(metric, sweep)  # a typo is caught by the points already done, by the first one below, or at the end
     bar = {"desc": f"sweep {sweep.notebook}", "disable": not progress}
     if executor == "local" and jobs == 1:
@@ -313,7 +321,7 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
         label = ", ".join(f"{k}={v}" for k, v in zip(others, key)) or metric
         ax.plot([r[first] for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
         for r in members:
-            if r["status"] in ("oom", "error", "died"):
+            if r["status"] in ("oom", "error", "died", "timed out"):
                 ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom")
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
