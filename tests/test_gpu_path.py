@@ -178,7 +178,8 @@ def test_list_shows_needs_and_minutes_for_every_size(capsys):
     out = capsys.readouterr().out
     for name in NOTEBOOKS:
         assert name in out
-    assert out.count(" min") == sum(len(harness.sizes(nb)) for nb in harness.notebooks().values())
+    sizes = sum(len(harness.sizes(nb)) for nb in harness.notebooks().values())
+    assert out.count("stopped after ") == sizes and out.count(" min") == 2 * sizes  # its minutes and its time limit
 
 
 def test_rehearsal_is_the_gpu_size_with_only_the_hardware_swapped():
