@@ -194,8 +194,10 @@ def gpu_dispatch(stand_ins, *, attention: bool = True):
     aborts autograd on fake CUDA tensors). trl 1.16.0's fused head (`trl.kernels.chunked_logprob`) folds each tile in
     place with Triton kernels and an fp32 `_addmm_fp32` on CUDA, with whole-tile fp32 temporaries on a CPU: here the
     CUDA branch runs, with `stand_ins.TritonLaunch` (allocating nothing, as the kernels) and the tile loops cut to
-    their first two iterations and their last (`tile_range`). `trl.trainer.utils._use_triton` stays the CPU's (fake
-    tensors cannot size its mask index; with every position labelled the rows are the same). torch 2.13.0: with
+    their first two iterations and their last (`tile_range`, the second counted for the skipped ones by
+    `stand_ins.repeated`; the fp32 products charged as FLOPs through `stand_ins.charge`). `trl.trainer.utils.
+    _use_triton` stays the CPU's (fake tensors cannot size its mask index; with every position labelled the rows are
+    the same). torch 2.13.0: with
     `attention`, SDPA runs the kernel a CUDA GPU picks (`stand_ins.sdpa_as_cuda`); CP keeps the CPU ring.
     Test: test_compat.py::test_trl_fused_head_still_branches_on_the_device."""
     import trl.trainer.utils  # noqa: F401  imported first, so its own `_use_triton` binds the original
@@ -205,6 +207,8 @@ def gpu_dispatch(stand_ins, *, attention: bool = True):
         # CUDA's out_dtype addmm writes into acc and allocates nothing; torch 2.11 has no fake kernel for it either
         if a.dtype not in (torch.float16, torch.bfloat16):
             acc.addmm_(a.float(), b.float())
+        else:
+            stand_ins.charge(linear=2 * a.shape[0] * a.shape[1] * b.shape[1])  # the FLOPs of the product it stands for
 
     swaps = [
         (kernel, "_use_triton", lambda device: True),
@@ -212,7 +216,7 @@ def gpu_dispatch(stand_ins, *, attention: bool = True):
         (kernel, "_backward_kernel", stand_ins.TritonLaunch()),
         (kernel, "triton", types.SimpleNamespace(cdiv=lambda a, b: -(-a // b))),
         (kernel, "_addmm_fp32", addmm_fp32),
-        (kernel, "range", tile_range),  # a module global shadows the builtin for that module alone
+        (kernel, "range", lambda *a: tile_range(*a, repeated=stand_ins.repeated)),  # a module global shadows the builtin
     ]
     if attention:
         sdpa = stand_ins.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)
@@ -220,11 +224,17 @@ def gpu_dispatch(stand_ins, *, attention: bool = True):
     return _patched(*swaps)
 
 
-def tile_range(*args):
+def tile_range(*args, repeated=None):
     """`range` for TRL's tile loops under `gpu_dispatch`: the first two iterations and the last (each later one
-    allocates what the second does)."""
+    allocates what the second does, and computes as much: under `repeated(n)` the second counts n times)."""
     full = range(*args)
-    return full if len(full) <= 3 else (full[0], full[1], full[-1])
+    if len(full) <= 3:
+        yield from full
+        return
+    yield full[0]
+    with repeated(len(full) - 2) if repeated else contextlib.nullcontext():  # the loop's body runs while this waits
+        yield full[1]
+    yield full[-1]
 
 
 # transformers treats any attention name holding "flash" as the flash-attn package: the stand-in's own name

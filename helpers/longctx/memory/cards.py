@@ -20,6 +20,15 @@ class Card:
     sold_gb: int  # the size it is sold as, in decimal GB (the vendor's datasheet)
     reported_mib: int | None  # the driver's total (nvidia-smi, MiB), where a public record shows it
     source: str
+    # what a step's time is made of (memory/timing.py), from the vendor's datasheet (`specs`): dense bf16 tensor FLOPs
+    # (the datasheets' headline figures are with 2:4 sparsity, twice these), memory bandwidth, and per direction the
+    # host link (PCIe) and the link to another GPU of the node (NVLink, or PCIe where the card has none)
+    bf16_tflops: float = 0.0
+    memory_gb_s: float = 0.0
+    host_gb_s: float = 0.0
+    gpu_gb_s: float = 0.0
+    architecture: str = ""  # the kernels' efficiencies are per architecture (timing.EFFICIENCY)
+    specs: str = ""
 
     @property
     def capacity_gib(self) -> float:
@@ -35,17 +44,23 @@ class Card:
         )
 
 
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet, SXM5: 1,979 TFLOPS bf16 sparse, 3.35 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s"
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet, SXM: 1,979 TFLOPS bf16 sparse, 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s"
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet, SXM: 624 TFLOPS bf16 sparse, NVLink 600 GB/s, PCIe Gen4 64 GB/s; {} GB/s"
+_L40S = "NVIDIA L40S datasheet: 362.05 TFLOPS bf16 (733 with sparsity), 864 GB/s, PCIe Gen4 x16 64 GB/s, no NVLink"
+_ADA = "NVIDIA Ada Lovelace GPU architecture whitepaper: RTX 4090, 165.2 TFLOPS bf16 (fp32 accumulation), 1,008 GB/s, PCIe Gen4"
 CARDS = {
     c.name: c
     for c in (
-        Card("H100-80GB", 80, 81559, _NVIDIA_SMI_TOTALS),
-        Card("A100-80GB", 80, 81920, _NVIDIA_SMI_TOTALS),
-        Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS),
-        Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS),
-        Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)"),
-        Card("RTX-4090", 24, None, "NVIDIA GeForce RTX 4090 specifications (24 GB GDDR6X)"),
+        Card("H100-80GB", 80, 81559, _NVIDIA_SMI_TOTALS, 989.4, 3350, 64, 450, "hopper", _H100),
+        Card("A100-80GB", 80, 81920, _NVIDIA_SMI_TOTALS, 312, 2039, 32, 300, "ampere", _A100.format("2,039")),
+        Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS, 312, 1555, 32, 300, "ampere", _A100.format("1,555")),
+        Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS, 362.05, 864, 32, 32, "ada", _L40S),
+        Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)", 989.4, 4800, 64, 450, "hopper", _H200),
+        Card("RTX-4090", 24, None, "NVIDIA GeForce RTX 4090 specifications (24 GB GDDR6X)", 165.2, 1008, 32, 32, "ada", _ADA),
     )
 }
+DEFAULT = "H100-80GB"  # the guide's card: a step's time is priced on it unless another card is named
 
 # What a real step holds on the card that the fake-tensor estimate does not trace, each a labelled term.
 UNMODELLED = {
@@ -58,10 +73,15 @@ UNMODELLED = {
 }
 
 
+def card(gpu) -> Card | None:
+    """The card named `gpu` (as people type it: any case), or None for a number or an unknown name."""
+    return {k.upper(): c for k, c in CARDS.items()}.get(gpu.upper() if isinstance(gpu, str) else None)
+
+
 def capacity(gpu: str | float | int) -> tuple[float, str]:
     """(GiB, how it was found) for a card name from CARDS or a number of GiB."""
-    if card := {k.upper(): c for k, c in CARDS.items()}.get(gpu.upper() if isinstance(gpu, str) else None):
-        return card.capacity_gib, card.describe()
+    if named := card(gpu):
+        return named.capacity_gib, named.describe()
     try:
         gib = float(gpu)
     except (TypeError, ValueError):

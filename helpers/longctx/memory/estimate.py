@@ -5,6 +5,7 @@ measurement's tracker. Offload is modelled as transformers implements it (`save_
 the `meta` device standing in for host memory."""
 
 import contextlib
+import sys
 import time
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.lengths import MAX_TOKENS
-from longctx.memory import gpu_kernels, repeat
+from longctx.memory import costs, gpu_kernels, repeat
 from longctx.memory.measure import TimelineTracker, profile_of
 from longctx.memory.profile import MemoryProfile
 from longctx.models import DTYPE_NAMES, torch_dtype
@@ -28,6 +29,9 @@ DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, c
 # "fused"; `optim="adamw_torch"` lets torch pick, which is "foreach" on CUDA tensors and "for-loop" on CPU ones.
 OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
 ATTENTIONS = ("sdpa", "flash_attention_2", "eager")  # transformers' attn_implementation values modelled here
+# how CP ranks exchange keys and values: accelerate's `cp_comm_strategy` (TorchContextParallelConfig; "allgather" its
+# default), which it hands to torch's set_rotate_method: one all-gather per attention call, or "alltoall", a ring of sends
+CP_COMMS = ("allgather", "alltoall")
 # The sizes a config must give as positive whole numbers where they are numbers (some families give lists), with caps
 # at 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a
 # config is a typo, and its trace would run for many minutes. (Checked by hand: importing jsonschema can cost seconds.)
@@ -73,7 +77,7 @@ def check_model(cfg) -> None:
 def check_levers(
     cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int, device: str = "cpu",
     optim: str = "fused", attn_implementation: str = "sdpa", cp_size: int = 1, mixed_precision: bool = False,
-    fake: bool = True, tiled_mlp: bool = False,
+    fake: bool = True, tiled_mlp: bool = False, cp_comm: str = "allgather",
 ) -> None:  # fmt: skip
     """Refuse, before anything is built, a model or a combination of levers the estimate cannot stand for."""
     check_model(cfg)
@@ -85,6 +89,7 @@ def check_levers(
         ("device", device, DEVICES),
         ("optim", optim, OPTIMIZERS),
         ("attn_implementation", attn_implementation, ATTENTIONS),
+        ("cp_comm", cp_comm, CP_COMMS),
     ):
         check_choice(name, value, choices)
     rules = (
@@ -101,6 +106,8 @@ def check_levers(
          "go through longctx.levers.parallel.launch."),
         (cp_size > 1 and attn_implementation != "sdpa", "torch's context_parallel splits the sequence by routing "
          "scaled_dot_product_attention through its ring: a context-parallel step needs attn_implementation='sdpa'."),
+        (cp_comm != "allgather" and cp_size == 1, f"cp_comm={cp_comm!r} is how context-parallel ranks exchange keys and "
+         "values: it needs cp_size > 1 (--cp-size)."),
         (mixed_precision and (cp_size == 1 or dtype != "bf16"), "mixed_precision (fp32 master weights, bf16 compute) is "
          "modelled with FSDP2: use it with cp_size > 1 and dtype='bf16'."),
         (not fake and device != "cpu", "A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or "
@@ -128,7 +135,7 @@ def _default_dtype(dtype):
 def build_step(
     cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False, batch: int = 1,
     lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False, optim: str = "fused",
-    attn_implementation: str = "sdpa", tiled_mlp: bool = False,
+    attn_implementation: str = "sdpa", tiled_mlp: bool = False, cp_comm: str = "allgather",
 ):  # fmt: skip
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
@@ -197,6 +204,10 @@ def build_step(
 
     def step():
         from torch.distributed.tensor.experimental import context_parallel
+        from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+        if mesh is not None:  # what accelerate does with its cp_comm_strategy before the step
+            set_rotate_method(cp_comm)
 
         # under CP this rank keeps 2 of the sequence's 2·N chunks
         with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]) if mesh is not None else contextlib.nullcontext():
@@ -230,11 +241,13 @@ def _fake_mesh(cp_size: int):
             "no torch.distributed group initialised."
         )
     compat.register_cpu_ring_attention()  # the fake "device" is the CPU: its attention kernel needs the ring handler
+    hook = sys.excepthook  # init_process_group wraps it to prefix "[rank0]:", and destroying the group leaves it wrapped
     dist.init_process_group("fake", rank=0, world_size=cp_size, store=FakeStore())
     try:
         yield init_device_mesh("cpu", (cp_size,), mesh_dim_names=("cp",))
     finally:
         dist.destroy_process_group()
+        sys.excepthook = hook
 
 
 def estimate(
@@ -253,20 +266,23 @@ def estimate(
     optim: str = "fused",
     attn_implementation: str = "sdpa",
     tiled_mlp: bool = False,
+    cp_comm: str = "allgather",
     exact: bool = False,
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
     sequences of `seq_len` tokens, on fake tensors; `fake=False` runs the same step for real on the CPU (small models:
     how the estimator is checked). `device="cuda"` (the default on fake tensors) takes the GPU's side of every
     device-dependent branch (compat.gpu_dispatch). With `cp_size=N` the profile is one rank's of an N-GPU
-    context-parallel job (FSDP2, this rank's slice of the sequence, the ring's buffers) under a fake process group.
+    context-parallel job (FSDP2, this rank's slice of the sequence, the ring's buffers) under a fake process group,
+    the ranks exchanging keys and values as `cp_comm` says (CP_COMMS). Every operator's FLOPs and bytes are kept
+    (`profile.costs`, memory/costs.py): memory/timing.step_time prices them on a card.
     Identical decoder layers are traced at 3 and 4 layers and extended, a tiled MLP's middle shards likewise
     (memory/repeat.py says why that is exact); `exact=True` traces every layer and every shard."""
     from longctx import models
 
     device, cfg = device or ("cuda" if fake else "cpu"), models.config(model) if isinstance(model, str) else model
     levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
-    levers.update(optim=optim, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp)
+    levers.update(optim=optim, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, cp_comm=cp_comm)
     check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)
     layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
@@ -285,6 +301,7 @@ def estimate(
         trace, method = _trace(cfg, **dict(how, tiles=False)), "traced"
     source = "fake-tensors" if fake else "memtracker"
     profile = profile_of("cpu", source, trace["rows"], trace["phases"], trace["host"], trace["bands"], layer_input)
+    profile.costs = trace["costs"]
     first = dict(zip(CATEGORIES, profile.timeline[0]))
     profile.note(
         "estimate",
@@ -295,6 +312,7 @@ def estimate(
         dtype=dtype,
         cp_size=cp_size,
         tokens_per_rank=seq_len // cp_size,
+        layers=text.num_hidden_layers,
         device=device,
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
         per_layer_saved_gib=layer_input / GIB,
@@ -319,7 +337,7 @@ def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, ti
     kernels = compat.gpu_dispatch(gpu_kernels, attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
     with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
         net, optimizer, step = build_step(cfg, seq_len, mesh=mesh, **levers)
-        tracker = TimelineTracker("cpu", host=HOST, band_bytes=band_bytes)
+        tracker = TimelineTracker("cpu", host=HOST, band_bytes=band_bytes, costs=True)
         if label_layers:
             tracker.label_layers()
         if tiles:
@@ -336,6 +354,7 @@ def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, ti
         "phases": tracker.phases,
         "host": np.asarray(tracker.host_rows, dtype=np.int64),
         "bands": np.asarray(tracker.band_rows, dtype=np.int64),
+        "costs": np.asarray(tracker.cost_rows, dtype=np.int64).reshape(-1, len(costs.COLUMNS)),
         "layers": tracker.layer_rows,
         "params": sum(p.numel() for p in net.parameters()),
         "saved_layer_tensors": tracker.layer_inputs_at_forward_end,

@@ -8,6 +8,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from longctx.errors import LongctxError
+from longctx.memory import costs
+from longctx.memory.costs import charge, repeated  # noqa: F401  (compat.gpu_dispatch charges through its stand-ins)
 
 
 def _round_up(n: int, to: int) -> int:
@@ -24,9 +26,11 @@ class FlashAttention(torch.autograd.Function):
     with grouped K/V heads `dk_expanded`/`dv_expanded` at the query's head count."""
 
     @staticmethod
-    def forward(ctx, q, k, v):
+    def forward(ctx, q, k, v, causal=True):
         if not all(isinstance(t, FakeTensor) for t in (q, k, v)):
             raise LongctxError("The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only.")
+        ctx.causal = causal
+        costs.charge(attention=costs.causal_attention_flops(q.shape, k.shape, backward=False, causal=causal))
         b, h, s, d = q.shape
         # the value's head size sets the output's (MLA: DeepSeek-V2's values are 128 wide, its queries 192); SDPA's
         # layout without a copy to make it contiguous
@@ -37,6 +41,7 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, _out, _lse = ctx.saved_tensors
+        costs.charge(attention=costs.causal_attention_flops(q.shape, k.shape, backward=True, causal=ctx.causal))
         b, h, s, d = q.shape
         rows, width = _round_up(s, 128), _round_up(d, 32) if d <= 192 else 256
         scratch = [q.new_empty((b, h, rows), dtype=torch.float32), q.new_empty((b, rows, h, width), dtype=torch.float32)]
@@ -44,7 +49,7 @@ class FlashAttention(torch.autograd.Function):
             scratch += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, v.shape[3]))]
         grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
         del scratch  # freed when the kernel returns, after the gradients exist
-        return grads
+        return (*grads, None)
 
 
 flash_attention = FlashAttention.apply  # the FlashAttention-2 stand-in, in and out in SDPA's (batch, heads, seq, head_dim)
@@ -62,7 +67,7 @@ def sdpa_as_cuda(original):
         half = query.dtype in (torch.float16, torch.bfloat16) and query.shape[-1] <= 256
         same_heads = value.shape[-1] == query.shape[-1]
         if half and attn_mask is None and same_heads:
-            return flash_attention(query, key, value)
+            return flash_attention(query, key, value, is_causal)
         if half and key.shape[1] == query.shape[1]:  # (here a mask, or MLA's narrower values)
             bias = attn_mask
             if attn_mask is not None and attn_mask.dtype == torch.bool:  # aten's convert_boolean_attn_mask, first
@@ -79,7 +84,8 @@ def flash_attention_2(module, query, key, value, attention_mask, **kwargs):
     """transformers' attention function for `attn_implementation="flash_attention_2"`: the flash-attn package's kernel
     (the allocations above; dropout, scaling, a sliding window or a softcap change what it computes, not what it
     allocates), in transformers' flash layout (batch, seq, heads, head_dim)."""
-    return flash_attention(query, key, value).transpose(1, 2), None
+    causal = kwargs.get("is_causal", getattr(module, "is_causal", True))  # transformers' decoder attention is causal
+    return flash_attention(query, key, value, causal).transpose(1, 2), None
 
 
 class TritonLaunch:

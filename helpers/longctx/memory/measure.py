@@ -16,6 +16,7 @@ from torch.distributed._tools.mem_tracker import _MemRefType
 
 from longctx.compat import FakeStepMemTracker
 from longctx.errors import LongctxError
+from longctx.memory import costs
 from longctx.memory.profile import MemoryProfile
 from longctx.units import CATEGORIES, GIB, PHASES
 
@@ -43,8 +44,11 @@ class TimelineTracker(FakeStepMemTracker):
     forward pass. It skips MemTracker's per-module peak bookkeeping (a scan of every module after every operator): we
     read the whole-step timeline instead, which makes a 36-layer fake step minutes faster."""
 
-    def __init__(self, device="cpu", host=None, band_bytes: int = 0, host_counter: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, device="cpu", host=None, band_bytes: int = 0, host_counter: Callable[[], int] | None = None, costs: bool = False
+    ) -> None:
         super().__init__()
+        self.cost_rows: list | None = [] if costs else None  # with `costs`: each row's memory/costs.COLUMNS
         self.device, self.host = tensor_device(device), tensor_device(host) if host else None
         self.host_counter = host_counter or (lambda: 0)
         # activations of exactly `band_bytes` (one decoder layer's saved input) are counted as they come and go, so a
@@ -112,11 +116,28 @@ class TimelineTracker(FakeStepMemTracker):
         self.host_rows.append(sum(v for k, v in host.items() if hasattr(k, "value")) + self.host_counter())
         self.phases.append(phase)
         self.band_rows.append(self._bands)
+        if self.cost_rows is not None:  # a recorded event costs nothing; an operator's row is filled in by dispatch
+            self.cost_rows.append([0] * len(costs.COLUMNS))
         if self.layer_rows is not None:
             self.layer_rows.append(self._layer())
 
     def _update_peak_stats(self, peak_state) -> None:  # MemTracker calls this after every operator
         self.record()
+
+    def __enter__(self):
+        costs.reset()
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        rows = len(self.rows)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if self.cost_rows is not None and len(self.rows) == rows + 1:  # the operator got a row: what it costs
+            again = self._in_ac and self._mod_tracker.is_bw  # a checkpointed layer's forward, recomputed in backward
+            self.cost_rows[-1] = costs.of_op(func, args, kwargs or {}, out, attention_module=self._in_attention, recompute=again)
+        return out
+
+    def _in_attention(self) -> bool:
+        return any(p.rpartition(".")[2] in ("self_attn", "attention", "attn") for p in self._mod_tracker.parents)
 
     def run(self, step, model, optimizer) -> "TimelineTracker":
         """Track `step()` with `model` and `optimizer` (made before it) registered, so their tensors are filed under

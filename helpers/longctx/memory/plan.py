@@ -1,8 +1,9 @@
-"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak. The levers in
-order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward pass), activation offload (host
-traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then context parallelism over 2, 4, ...
-GPUs (more GPUs). The first step that fits is the cheapest combination. Every step is a fake-tensor estimate
-(`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's buffers."""
+"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak and its time. The
+levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward pass), activation
+offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then context parallelism over
+2, 4, ... GPUs (more GPUs). The first step that fits is the cheapest combination; the fastest that fits may be another
+(more GPUs shorten the step). Every step is a fake-tensor estimate (`longctx.memory.estimate`): per rank under CP, with
+FSDP2 sharding and the ring's buffers, its time priced by memory/timing.py on the plan's card."""
 
 import threading
 
@@ -10,7 +11,7 @@ from tqdm.auto import tqdm
 
 from longctx import children, models
 from longctx.errors import LongctxError, is_power_of_two
-from longctx.memory import cards
+from longctx.memory import cards, timing
 from longctx.memory.estimate import check_levers, estimate
 from longctx.shapes import check_plan
 from longctx.units import GIB
@@ -35,9 +36,10 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa
 
 
 def _estimate(args):
-    model, seq_len, kwargs = args
+    model, seq_len, kwargs, card = args
     profile = estimate(model, seq_len, **kwargs)
-    return profile.peak_gib, profile.meta["wall_seconds"]
+    time = timing.step_time(profile, card)
+    return profile.peak_gib, profile.meta["wall_seconds"], time["seconds"], time["tokens_per_second"]
 
 
 def ladder(gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tiled_mlp=False, exact=False) -> list:
@@ -74,8 +76,11 @@ def plan(
     """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
     `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
-    `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only: a step switches first)."""
+    `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only: a step switches first).
+    Times are priced on the card `gpu_memory_gib` names (a number of GiB: on cards.DEFAULT); `fastest` is the
+    fitting step of the shortest time."""
     gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation, mixed_precision)
+    card = cards.card(gpu_memory_gib).name if cards.card(gpu_memory_gib) else cards.DEFAULT
     steps = ladder(
         gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, exact=exact
     )
@@ -85,12 +90,14 @@ def plan(
     bar = tqdm(total=len(steps), desc="plan: estimates", disable=not progress)
     # the longest estimates (the most CP ranks) first, so that no worker is left alone with one at the end
     order = sorted(range(len(steps)), key=lambda i: -steps[i][1].get("cp_size", 1))
-    done = children.pool_map(_estimate, [(model, seq_len, steps[i][1]) for i in order], workers, bar, start=start)
+    done = children.pool_map(_estimate, [(model, seq_len, steps[i][1], card) for i in order], workers, bar, start=start)
     results = [done[order.index(i)] for i in range(len(steps))]
     rows = [
-        {"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gib, "estimate_seconds": secs, "gpus": kw.get("cp_size", 1)}
-        for (levers, kw), (peak, secs) in zip(steps, results)
-    ]
+        {"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gib, "estimate_seconds": secs, "gpus": kw.get("cp_size", 1),
+         "step_seconds": step, "tokens_per_second": rate}
+        for (levers, kw), (peak, secs, step, rate) in zip(steps, results)
+    ]  # fmt: skip
+    fitting = [r for r in rows if r["fits"]]
     return {
         "model": model,
         "seq_len": seq_len,
@@ -100,7 +107,9 @@ def plan(
         "attn_implementation": attn_implementation,
         "tiled_mlp": tiled_mlp,
         "steps": rows,
-        "cheapest": next((r for r in rows if r["fits"]), None),
+        "cheapest": fitting[0] if fitting else None,
+        "fastest": min(fitting, key=lambda r: r["step_seconds"]) if fitting else None,
+        "time_card": card,
         "not_counted": cards.unmodelled(gpus),
     }
 
@@ -108,15 +117,27 @@ def plan(
 def table(result: dict) -> str:
     """The plan as lines of text: one per step, then the cheapest step that fits (what `longctx plan` prints)."""
     gpus, gib, cheapest = result["gpus"], result["gpu_memory_gib"], result["cheapest"]
-    lines = [f"{result['model']} at {result['seq_len']:,} tokens, up to {gpus} GPU(s) of {gib:g} GiB:"]
+    lines = [f"{result['model']} at {result['seq_len']:,} tokens, up to {gpus} GPU(s) of {gib:g} GiB "
+             f"(times on {result.get('time_card', cards.DEFAULT)}):"]  # fmt: skip
     for step in result["steps"]:
         verdict = "fits" if step["fits"] else "over"
-        lines.append(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {verdict:4s}  {' + '.join(step['levers'])}")
+        time = f"{step['step_seconds']:9.1f} s/step" if "step_seconds" in step else ""
+        lines.append(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {verdict:4s} {time}  {' + '.join(step['levers'])}")
     lines.append(
         f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
         if cheapest
         else f"nothing fits on {gpus} GPU(s) of {gib:g} GiB: more GPUs or memory"
     )
+    if fastest := result.get("fastest"):
+        lines.append(f"fastest that fits: {' + '.join(fastest['levers'])} ({fastest['step_seconds']:.1f} s per step on "
+                     f"{fastest['gpus']} GPU(s), {fastest['tokens_per_second']:,.0f} tokens/s)")  # fmt: skip
+        fitting = sorted((r for r in result["steps"] if r["fits"]), key=lambda r: r["step_seconds"])
+        lines += [
+            "  fitting, fastest first (and GPU-seconds per step): "
+            + "; ".join(
+                f"{short_label(r['levers'])} {r['step_seconds']:.1f} s ({r['step_seconds'] * r['gpus']:.0f})" for r in fitting
+            )
+        ]
     if result.get("capacity"):
         lines.append(f"capacity: {result['capacity']}")
     return "\n".join(lines + [f"  not counted: {term}" for term in result.get("not_counted", [])])

@@ -11,8 +11,8 @@ from longctx.units import CATEGORIES, GIB
 META_KEYS = {
     "estimate": (
         "model seq_len batch loss checkpointing offload dtype cp_size tokens_per_rank mixed_precision device optim "
-        "attn_implementation tiled_mlp params fixed_gib per_layer_saved_gib saved_layer_tensors hidden_sized_tensors "
-        "sliding_window attention_mask_gib device_peak_gib method wall_seconds"
+        "attn_implementation tiled_mlp cp_comm layers params fixed_gib per_layer_saved_gib saved_layer_tensors "
+        "hidden_sized_tensors sliding_window attention_mask_gib device_peak_gib method wall_seconds"
     ).split(),
     "trainer_step": (
         "trainable_params trainable_tensors total_params tokens loss_value host_peak_bytes host_peak_tensors to_host_bytes "
@@ -42,6 +42,7 @@ class MemoryProfile:
     band_bytes: int = 0  # size of one decoder layer's saved input
     bands: np.ndarray | None = None  # how many such saved inputs are alive, per timeline row
     meta: dict = field(default_factory=dict)  # written through note(); its keys are declared in META_KEYS
+    costs: np.ndarray | None = None  # an estimate's: per timeline row, what the operator costs (memory/costs.COLUMNS)
 
     def note(self, producer: str, **values) -> None:
         """Record `values` in meta under the keys `producer` declared in META_KEYS."""

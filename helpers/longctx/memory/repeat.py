@@ -56,7 +56,8 @@ def _stretches(trace: dict) -> list[tuple[int, str, int, int]]:
 def extend(small: dict, large: dict, depth: int) -> dict:
     """The trace of `depth` layers from those of TRACED[0] (`small`) and TRACED[1] (`large`) layers."""
     k_small, k_large = TRACED
-    cols = [np.column_stack([t["rows"], t["host"], t["bands"]]) for t in (small, large)]
+    cols = [np.column_stack([t["rows"], t["host"], t["bands"], t["costs"]]) for t in (small, large)]
+    width = large["costs"].shape[1]
     parts = [_stretches(t) for t in (small, large)]
     layers = [{(layer, phase): cols[w][a:b] for layer, phase, a, b in parts[w] if layer >= 0} for w in (0, 1)]
     others = [[cols[w][a:b] for layer, _, a, b in parts[w] if layer < 0] for w in (0, 1)]
@@ -95,7 +96,9 @@ def extend(small: dict, large: dict, depth: int) -> dict:
     counts = ("params", "saved_layer_tensors", "hidden_sized_tensors", "mask_bytes")
     scalars = {k: int(large[k] + more * (large[k] - small[k])) for k in counts}
     rows, written = np.concatenate(out), large["shards_written"]
-    return dict(scalars, rows=rows[:, :-2], host=rows[:, -2], bands=rows[:, -1], phases=phases_all, shards_written=written)
+    rows, cost_cols = rows[:, :-width], rows[:, -width:]
+    host, bands = rows[:, -2], rows[:, -1]
+    return dict(scalars, rows=rows[:, :-2], host=host, bands=bands, costs=cost_cols, phases=phases_all, shards_written=written)
 
 
 def _runs(stretches) -> list[tuple[bool, str]]:
@@ -179,7 +182,7 @@ class _Tiles:
         t, (a, b, c) = self.tracker, starts[1:4]
         if b - a != c - b:
             raise NotRepeating("two middle shards of a tiled MLP run different operators")
-        for col in (t.rows, t.host_rows, t.band_rows):
+        for col in (t.rows, t.host_rows, t.band_rows, t.cost_rows):
             one, two = np.asarray(col[a:b]), np.asarray(col[b:c])
             del col[starts[i] :]
             col.extend((two + (i - 2) * (two - one)).tolist())

@@ -18,7 +18,7 @@ from longctx import children, versions
 from longctx.errors import LongctxError
 from longctx.lengths import parse_length
 from longctx.levers import base_model
-from longctx.memory import cards
+from longctx.memory import cards, timing
 from longctx.models import PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
 from longctx.tools import figures, lab, site
@@ -135,7 +135,7 @@ def _cmd_estimate(args) -> None:
 
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
-    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact", "tiled_mlp")  # alike
+    same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact", "tiled_mlp", "cp_comm")
     kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
     step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
     with contextlib.redirect_stdout(sys.stderr):  # a library's chatter (DeepSpeed's accelerator line) is not the report
@@ -143,6 +143,9 @@ def _cmd_estimate(args) -> None:
     summary = {**profile.summary(), "versions": versions()}
     if args.gpu is not None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size)
+    named = args.gpu if args.gpu is not None and cards.card(args.gpu) else None  # a number of GiB has no speeds
+    if args.device == "cuda":  # the GPU's step, priced on the card named (else the guide's)
+        summary["time"] = timing.step_time(profile, named or cards.DEFAULT)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
@@ -165,6 +168,10 @@ def _cmd_estimate(args) -> None:
         print(note + ".")
     if args.gpu is not None:
         print(f"{args.gpu}: {summary['fit']}")
+    if "time" in summary:
+        print(f"time: {timing.describe(summary['time'])} (--json gives the FLOPs, bytes and fitted efficiencies)")
+    else:
+        print("time: not priced for the CPU's step (--device cpu); the GPU's step is (--device cuda).")
 
 
 def _cmd_plan(args) -> None:
@@ -173,7 +180,8 @@ def _cmd_plan(args) -> None:
     gib, how = cards.capacity(args.gpu)
     kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp")} | dict(attn_implementation=args.attn)
     with contextlib.redirect_stdout(sys.stderr):  # progress and any library's chatter: stdout holds only the plan
-        result = plan(args.model, parse_length(args.seq_len), gpu_memory_gib=gib, progress=True, exact=args.exact, **kwargs)
+        gpu = args.gpu if cards.card(args.gpu) else gib  # a card's name prices the times on that card
+        result = plan(args.model, parse_length(args.seq_len), gpu_memory_gib=gpu, progress=True, exact=args.exact, **kwargs)
     result["capacity"] = how
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
 
@@ -239,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
+    p.add_argument("--cp-comm", default="allgather", help="how CP ranks exchange keys and values (accelerate's "
+                   "cp_comm_strategy): allgather (its default) or alltoall (a ring of sends)")  # fmt: skip
     # the choices below are checked (and listed) by the estimator itself, which this parser does not import
     p.add_argument("--device", default="cuda", help="whose kernels the step runs: cuda (emulated on fake tensors) or cpu")
     p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")

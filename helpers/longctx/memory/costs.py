@@ -1,0 +1,144 @@
+"""What each operator of a traced step asks of the hardware, counted as the tracker records it (one row per operator,
+beside its memory row): the FLOPs of its matrix products by kind (a linear layer's, or attention's, a causal mask
+counting half, as the kernels skip the masked blocks), the bytes an elementwise operator reads and writes, the bytes it
+copies between device and host (activation offload), and the bytes a collective moves over this rank's link (FSDP's
+weight all-gathers and gradient reduce-scatters, context parallelism's key/value exchange). FLOPs follow torch's own
+formulas (`torch.utils.flop_counter`: a matrix product of m×k by k×n is 2mkn); elementwise arithmetic is not counted
+as FLOPs, as torch's FlopCounterMode counts none: such operators are timed by their bytes (memory/timing.py).
+Stand-ins that compute nothing (FlashAttention and TRL's fp32 head products on the GPU path) charge their FLOPs here."""
+
+import contextlib
+
+import torch
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+COLUMNS = ("linear_flops", "attention_flops", "memory_bytes", "host_bytes", "comm_bytes", "comm", "recompute")
+COL = {name: i for i, name in enumerate(COLUMNS)}
+# the `comm` column: what a collective is and how it overlaps (timing.py's rule)
+CP_GATHER, CP_RING, WAIT, FSDP_GATHER, FSDP_REDUCE, OTHER_COLLECTIVE = 1, 2, 3, 4, 5, 6
+COMM_NAMES = {CP_GATHER: "cp all-gather", CP_RING: "cp ring", FSDP_GATHER: "fsdp all-gather", FSDP_REDUCE: "fsdp reduce-scatter"}
+COMM_NAMES[OTHER_COLLECTIVE] = "other collective"
+
+_aten = torch.ops.aten
+ATTENTION_OPS = {
+    _aten._scaled_dot_product_flash_attention,
+    _aten._scaled_dot_product_flash_attention_backward,
+    _aten._scaled_dot_product_efficient_attention,
+    _aten._scaled_dot_product_efficient_attention_backward,
+    _aten._scaled_dot_product_cudnn_attention,
+    _aten._scaled_dot_product_cudnn_attention_backward,
+    _aten._flash_attention_forward,
+    _aten._flash_attention_backward,
+    _aten._efficient_attention_forward,
+    _aten._efficient_attention_backward,
+}
+# torch 2.13's flop registry lacks the CPU flash kernel (a context-parallel trace runs it); its arguments are the CUDA
+# flash kernel's: (query, key, value, ...) and (grad_out, query, key, value, ...)
+_CPU_FLASH = {
+    _aten._scaled_dot_product_flash_attention_for_cpu: lambda a: sdpa_flop_count(*(t.shape for t in a[:3])),
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: lambda a: sdpa_backward_flop_count(*(t.shape for t in a[:4])),
+}
+_BATCHED = {_aten.bmm, _aten.baddbmm}  # eager attention's scores and weighted values (under an attention module)
+_FREE = ("empty", "empty_like", "new_empty", "empty_strided", "detach", "alias", "lift_fresh", "device")  # no data moved
+_state = {"pending": [0, 0], "times": 1}  # charges for the next operator; how often the current one counts
+
+
+def charge(linear: int = 0, attention: int = 0) -> None:
+    """FLOPs of a kernel a stand-in only allocates for: added to the next operator the tracker records."""
+    _state["pending"][0] += linear
+    _state["pending"][1] += attention
+
+
+def causal_attention_flops(q_shape, k_shape, *, backward: bool, causal: bool = True) -> int:
+    """torch's count for one SDPA call (forward: two products; backward: five, the scores recomputed), half with a
+    causal mask. Shapes (batch, heads, seq, head_dim); grouped K/V heads count as the query's."""
+    b, h, s, d = q_shape
+    k_shape = (b, h, k_shape[2], d)
+    if backward:
+        flops = sdpa_backward_flop_count(q_shape, q_shape, k_shape, k_shape)
+    else:
+        flops = sdpa_flop_count(q_shape, k_shape, k_shape)
+    return flops // 2 if causal else flops
+
+
+@contextlib.contextmanager
+def repeated(times: int):
+    """Operators inside count `times` times (a loop the estimator runs once for iterations that do the same work)."""
+    before = _state["times"]
+    _state["times"] = before * times
+    try:
+        yield
+    finally:
+        _state["times"] = before
+
+
+def reset() -> None:
+    _state.update(pending=[0, 0], times=1)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _arg(func, args, kwargs, name: str, default=None):
+    """An argument of `func` by its schema name."""
+    if name in kwargs:
+        return kwargs[name]
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name == name:
+            return args[i] if i < len(args) else default
+    return default
+
+
+def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list[int]:
+    """The COLUMNS of one dispatched operator (`attention_module()`: whether it runs inside an attention module)."""
+    row = [0] * len(COLUMNS)
+    row[COL["recompute"]] = int(recompute)
+    namespace, packet, name = func.namespace, func._overloadpacket, func._schema.name.split("::")[-1]
+    ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if namespace in ("_c10d_functional", "c10d"):
+        _collective(row, func, name, args, kwargs, ins, outs, functional=namespace == "_c10d_functional")
+    elif packet in flop_registry or packet in _CPU_FLASH:
+        flops = _CPU_FLASH[packet](args) if packet in _CPU_FLASH else flop_registry[packet](*args, **kwargs, out_val=out)
+        attention = packet in ATTENTION_OPS or packet in _CPU_FLASH or (packet in _BATCHED and attention_module())
+        if packet in ATTENTION_OPS or packet in _CPU_FLASH:
+            flops = flops // 2 if _arg(func, args, kwargs, "is_causal", False) else flops
+        row[COL["attention_flops" if attention else "linear_flops"]] = flops
+    elif name in ("_to_copy", "copy_") and ins and outs and ins[0].device != outs[0].device:
+        row[COL["host_bytes"]] = _nbytes(outs[0])  # offload's copy out to the host, or back
+    elif not (func.is_view or name.startswith(_FREE) or name.endswith(("_like", "empty"))):
+        mutated = [a for a, s in zip(args, func._schema.arguments) if s.alias_info and s.alias_info.is_write]
+        returned = {id(t) for t in outs}  # an in-place operator that returns what it wrote counts it once as output
+        written = sum(_nbytes(t) for t in tree_leaves(mutated) if isinstance(t, torch.Tensor) and id(t) not in returned)
+        row[COL["memory_bytes"]] = sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + written
+    pending, times = _state["pending"], _state["times"]
+    row[0], row[1] = (row[0] + pending[0]) * times, (row[1] + pending[1]) * times
+    row[2:5] = [v * times for v in row[2:5]]
+    _state["pending"] = [0, 0]
+    return row
+
+
+def _collective(row, func, name, args, kwargs, ins, outs, *, functional: bool) -> None:
+    """Bytes over this rank's link: an all-gather receives all but its own share (output − input), a reduce-scatter
+    sends all but its own (input − output), a permutation sends what goes to other ranks, an all-reduce twice what
+    it keeps of the others'."""
+    given_in, given_out = _arg(func, args, kwargs, "input_tensor"), _arg(func, args, kwargs, "output_tensor")
+    if given_out is not None:  # c10d's in-place collectives take their output as an argument (FSDP2's)
+        ins, outs = [t for t in tree_leaves(given_in) if isinstance(t, torch.Tensor)], tree_leaves(given_out)
+    size_in, size_out = sum(map(_nbytes, ins)), sum(map(_nbytes, outs))
+    if name == "wait_tensor":
+        row[COL["comm"]] = WAIT
+        return
+    if "gather" in name:
+        kind, moved = (CP_GATHER if functional else FSDP_GATHER), size_out - size_in
+    elif "reduce_scatter" in name:
+        kind, moved = (OTHER_COLLECTIVE if functional else FSDP_REDUCE), size_in - size_out
+    elif name == "all_to_all_single":
+        splits = _arg(func, args, kwargs, "input_split_sizes")
+        own = splits[0] / max(sum(splits), 1) if splits else 0.0  # the trace is rank 0's
+        kind, moved = CP_RING, int(size_in * (1 - own))
+    else:  # all_reduce and the rest: an upper bound
+        kind, moved = OTHER_COLLECTIVE, 2 * size_in
+    row[COL["comm"]], row[COL["comm_bytes"]] = kind, max(moved, 0)

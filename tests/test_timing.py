@@ -1,0 +1,138 @@
+"""The time model (longctx/memory/costs.py, timing.py): FLOPs counted from the traced step as the hand count has them,
+the fast estimate's costs equal to every layer traced, the overlap rules on a hand-made trace, the two efficiencies
+equal to their fit, and the held-out measured steps within 15% of the prediction (the committed table,
+benchmarks/results/step_times.json)."""
+
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from longctx import LongctxError, models
+from longctx.memory import cards, costs, repeat, timing
+from longctx.memory.estimate import estimate
+from longctx.paths import REPO
+from longctx.tools.cli import main
+
+
+def _fit_script():
+    spec = importlib.util.spec_from_file_location("fit_step_time", REPO / "scripts" / "fit_step_time.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sums(profile) -> dict:
+    c, phases = profile.costs, np.asarray(profile.phases)
+    again = c[:, costs.COL["recompute"]] == 1
+    return {
+        (kind, part): int(c[rows, costs.COL[f"{kind}_flops"]].sum())
+        for kind in ("linear", "attention")
+        for part, rows in (("forward", phases == "forward"), ("backward", (phases == "backward") & ~again), ("again", again))
+    }
+
+
+def test_flops_are_the_hand_count_of_the_step():
+    """Qwen3-0.6B at 16,384 tokens, the GPU's step: every product the step runs, TRL's head tiles (cut to three on fake
+    tensors, the second counting for the rest) and the FlashAttention stand-in's charges included."""
+    tokens, cfg = 16384, models.config("qwen3-0.6b")
+    got = _sums(estimate("qwen3-0.6b", tokens))
+    h, inter, vocab, layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    layer = 2 * h * q + 2 * h * kv + 3 * h * inter  # q, o; k, v; gate, up, down
+    body, head = 2 * tokens * layers * layer, 2 * (tokens - 1) * h * vocab  # the last token has no label to score
+    attention = layers * 2 * tokens * tokens * q  # QKᵀ and PV, 2·s²·d each per head, half of it under the causal mask
+    assert got["linear", "forward"] == body + head
+    assert got["linear", "backward"] == 2 * body + 3 * head  # TRL's head backward: the logits again, then both gradients
+    # recomputation stops once the saved tensors backward needs exist (torch's non-reentrant checkpoint): the last
+    # product of each layer, down_proj, is not run again
+    assert got["linear", "again"] == body - 2 * tokens * layers * h * inter
+    assert got["attention", "forward"] == got["attention", "again"] == attention
+    assert got["attention", "backward"] == attention * 5 // 2  # five products, the scores recomputed (torch's count)
+
+
+@pytest.mark.parametrize("levers", [{}, {"offload": True}, {"cp_size": 2, "offload": True}, {"tiled_mlp": True}])
+def test_the_fast_estimate_costs_what_every_layer_traced_costs(levers):
+    cfg = repeat.shrunk(models.config("qwen3-0.6b"), 6)
+    fast, full = estimate(cfg, 8192, **levers), estimate(cfg, 8192, exact=True, **levers)
+    assert "extended" in fast.meta["method"] and full.meta["method"] == "traced"
+    assert np.array_equal(fast.costs.sum(axis=0), full.costs.sum(axis=0))
+    assert timing.step_time(fast)["seconds"] == pytest.approx(timing.step_time(full)["seconds"], rel=1e-9)
+
+
+def _stub(rows: list[dict], phases: list[str]):
+    table = np.zeros((len(rows), len(costs.COLUMNS)), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for key, value in row.items():
+            table[i, costs.COL[key]] = value
+    meta = {"device": "cuda", "seq_len": 1000, "batch": 1, "cp_size": 2}
+    return SimpleNamespace(costs=table, phases=phases, meta=meta)
+
+
+def test_what_overlaps_and_what_waits():
+    """On H100 numbers with efficiency 1: 1 s of products is 989.4e12 FLOPs, 1 s of the link 450e9 bytes."""
+    card, second = cards.CARDS["H100-80GB"], 989.4e12
+    link, host = card.gpu_gb_s * 1e9, card.host_gb_s * 1e9
+    one = timing.Efficiency(1.0, 1.0, "test")
+    rows = [
+        {"comm": costs.CP_GATHER, "comm_bytes": 3 * link},  # issued: 3 s on the link
+        {"attention_flops": second},  # 1 s of attention beside it
+        {"comm": costs.WAIT},  # waits the 2 s left
+        {"linear_flops": 2 * second},
+        {"host_bytes": host},  # offload's copy: on the stream, 1 s
+        {"comm": costs.FSDP_GATHER, "comm_bytes": link / 2},  # the pass's first gather: 0.5 s, nothing to hide it
+        {"linear_flops": second},  # backward: 1 s of products ...
+        {"comm": costs.FSDP_REDUCE, "comm_bytes": 10 * link},  # ... beside 10 s of reduce-scatter: 9 s left over
+    ]
+    t = timing.step_time(_stub(rows, ["forward"] * 6 + ["backward"] * 2), "H100-80GB", one)
+    parts, exposed = t["breakdown_seconds"], t["bytes"]["communication_exposed_seconds"]
+    assert parts["attention"] == pytest.approx(1) and parts["linear"] == pytest.approx(3) and parts["copies"] == pytest.approx(1)
+    assert exposed["context parallel"] == pytest.approx(2) and exposed["fsdp"] == pytest.approx(0.5 + 9)
+    assert t["seconds"] == pytest.approx(sum(parts.values())) == pytest.approx(1 + 3 + 1 + 2 + 9.5)
+
+
+def test_step_time_refuses_what_it_cannot_price():
+    with pytest.raises(LongctxError, match="name one of"):
+        timing.step_time(estimate("tiny", 256), "80")
+    with pytest.raises(LongctxError, match="GPU's step"):
+        timing.step_time(estimate("tiny", 256, device="cpu", dtype="fp32"))
+    assumed = timing.step_time(estimate("tiny", 256), "A100-80GB")
+    assert not assumed["efficiency"]["fitted"] and "assumed from Hopper" in timing.describe(assumed)
+
+
+def test_the_cli_prints_the_time_and_its_parts(capsys):
+    assert main(["estimate", "--model", "qwen3-0.6b", "--seq-len", "8k", "--gpu", "H200", "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)["time"]
+    assert t["gpu"] == "H200" and t["seconds"] == pytest.approx(sum(t["breakdown_seconds"].values()))
+    assert t["tokens_per_second"] == pytest.approx(8192 / t["seconds"]) and 0 < t["mfu"] < t["hfu"] < 1
+    assert main(["estimate", "--model", "tiny", "--seq-len", "256", "--device", "cpu", "--dtype", "fp32"]) == 0
+    assert "time: not priced for the CPU's step" in capsys.readouterr().out
+    assert main(["estimate", "--model", "tiny", "--seq-len", "256", "--cp-comm", "alltoall"]) == 2
+    assert "needs cp_size > 1" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    script = _fit_script()
+    profiles = script.profiles()
+    return script, profiles, script.fit(profiles)
+
+
+def test_the_efficiencies_are_their_fit(fitted):
+    _, _, eff = fitted
+    assert timing.EFFICIENCY["hopper"].linear == pytest.approx(eff.linear, abs=1e-4)
+    assert timing.EFFICIENCY["hopper"].attention == pytest.approx(eff.attention, abs=1e-4)
+
+
+def test_held_out_steps_are_predicted_within_15_percent_as_committed(fitted):
+    script, profiles, eff = fitted
+    rows = script.table(profiles, timing.EFFICIENCY["hopper"])
+    committed = json.loads(script.OUT.read_text())["steps"]
+    assert [r["step"] for r in rows] == [r["step"] for r in committed]
+    held_out = [r for r in rows if r["fitted"] == "held out"]
+    assert len(held_out) >= 4 and sum(r["step"].startswith("guide") for r in held_out) >= 3  # three of the guide's four
+    for row, kept in zip(rows, committed):
+        assert row["predicted_seconds"] == pytest.approx(kept["predicted_seconds"], rel=1e-3), row["step"]
+        assert 0.85 <= row["ratio"] <= 1.15, row
