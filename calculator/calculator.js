@@ -1,5 +1,5 @@
 // The memory calculator: looks up scripts/calculator_data.py's estimates (window.LONGCTX_ESTIMATES) for the chosen
-// model, length, levers and card. No estimate is computed here; the page shows the file's numbers as they are.
+// model, length, levers and card: the peak per GPU and the step's time on that card. No estimate is computed here; the page shows the file's numbers as they are.
 (function () {
   const data = window.LONGCTX_ESTIMATES;
   const $ = (id) => document.getElementById(id);
@@ -25,6 +25,7 @@
     body.innerHTML = "";
     if (e.error) {
       $("calc-verdict").textContent = "Not estimated: " + e.error;
+      $("calc-time").textContent = "";
     } else {
       const fits = e.peak_gib <= capacity;
       $("calc-verdict").innerHTML =
@@ -33,6 +34,12 @@
         (e.host_gib ? `; ${gib(e.host_gib)} GiB per GPU offloaded to host memory` : "");
       $("calc-verdict").dataset.peak = e.peak_gib;
       $("calc-verdict").dataset.fits = fits;
+      const seconds = e.seconds[card];
+      $("calc-time").innerHTML =
+        `<strong>${seconds.toFixed(seconds < 10 ? 2 : 1)} s per step</strong> on ${gpus} ${card}(s), ` +
+        `${Math.round(length / seconds).toLocaleString("en")} tokens/s (the time model: ` +
+        (card.startsWith("H") ? "efficiencies fitted on Hopper)" : "efficiencies assumed from Hopper on this card)");
+      $("calc-time").dataset.seconds = seconds;
       const largest = Math.max(...Object.values(e.gib));
       for (const [category, value] of Object.entries(e.gib)) {
         const row = body.insertRow();

@@ -1,5 +1,6 @@
 """The data behind the site's memory calculator (calculator/index.md): the fake-tensor estimate of each preset model
-at each length for each step of `longctx plan`'s ladder, written to calculator/estimates.js, which is committed and
+at each length for each step of `longctx plan`'s ladder (its peak, and its time on each card from memory/timing.py),
+written to calculator/estimates.js, which is committed and
 which `longctx site` copies beside the page. Run it again after a change to the estimator or to the libraries it
 traces (tests/test_calculator.py compares points of the file with fresh estimates):
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from longctx import children
-from longctx.memory import cards, explore
+from longctx.memory import cards, explore, timing
 from longctx.memory.estimate import estimate
 from longctx.memory.plan import ladder, short_label
 from longctx.notebook import versions
@@ -33,7 +34,9 @@ def point(call: tuple) -> dict:
     except LongctxError as exc:
         return {"error": str(exc)}
     gib = {k: round(v / GIB, 4) for k, v in p.peak_breakdown.items() if v}
-    return {"peak_gib": round(p.peak_gib, 4), "host_gib": round(p.host_peak_bytes / GIB, 4), "phase": p.peak_phase, "gib": gib}
+    seconds = {card: round(timing.step_time(p, card)["seconds"], 4) for card in cards.CARDS}  # the time model's, per card
+    return {"peak_gib": round(p.peak_gib, 4), "host_gib": round(p.host_peak_bytes / GIB, 4), "phase": p.peak_phase, "gib": gib,
+            "seconds": seconds}  # fmt: skip
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from longctx.memory import explore
+from longctx.memory import explore, timing
 from longctx.memory.estimate import estimate
 from longctx.memory.plan import ladder, short_label
 from longctx.paths import REPO
@@ -41,6 +41,8 @@ def test_the_page_shows_what_longctx_estimate_gives(model, seq_len, step):
     fresh = estimate(model, seq_len, **ladder(8)[index][1])
     assert shown["peak_gib"] == pytest.approx(fresh.peak_gib, abs=1e-4)
     assert shown["host_gib"] == pytest.approx(fresh.host_peak_bytes / 2**30, abs=1e-4) and shown["phase"] == fresh.peak_phase
+    for card, seconds in shown["seconds"].items():  # the time model's, on every card the page offers
+        assert seconds == pytest.approx(timing.step_time(fresh, card)["seconds"], abs=1e-4)
 
 
 def _reach_table():

@@ -388,11 +388,13 @@ def test_layers_that_differ_are_traced_whole():
 
 
 def test_explore_redraws_the_estimate_when_a_control_changes():
+    from longctx.memory import timing
     from longctx.memory.explore import explore
 
     box = explore("deep", 4096, models=())
     first = box.state
     assert first["peak_gib"] == pytest.approx(estimate("deep", 4096).peak_gib) and first["host_gib"] == 0
+    assert first["seconds"]["H100-80GB"] == pytest.approx(timing.step_time(estimate("deep", 4096))["seconds"])
     offload = next(c for row in box.children[:2] for c in row.children if c.description == "offload")
     offload.value = True
     assert box.state["offload"] and box.state["host_gib"] > 0 and box.state["peak_gib"] < first["peak_gib"]

@@ -119,15 +119,23 @@ def test_a_model_the_estimator_refuses_is_refused_before_any_worker_starts(tmp_p
 
 
 def test_the_plan_table_is_one_text_for_the_cli_and_the_lesson():
+    timed = {"gpus": 1, "step_seconds": 40.0, "tokens_per_second": 6553.6}
     steps = [
-        {"levers": ["chunked loss"], "per_gpu_peak_gib": 120.0, "fits": False},
-        {"levers": ["chunked loss", "context parallel ×2"], "per_gpu_peak_gib": 60.5, "fits": True},
-    ]
-    result = {"model": "qwen3-4b", "seq_len": 262144, "gpus": 2, "gpu_memory_gib": 80.0, "steps": steps, "cheapest": steps[1]}
+        {"levers": ["chunked loss"], "per_gpu_peak_gib": 120.0, "fits": False, **timed},
+        {"levers": ["chunked loss", "checkpointing"], "per_gpu_peak_gib": 70.0, "fits": True, **timed},
+        {"levers": ["chunked loss", "checkpointing", "context parallel ×2"], "per_gpu_peak_gib": 60.5, "fits": True,
+         **dict(timed, gpus=2, step_seconds=21.0)},
+    ]  # fmt: skip
+    result = {"model": "qwen3-4b", "seq_len": 262144, "gpus": 2, "gpu_memory_gib": 80.0, "steps": steps, "cheapest": steps[1],
+              "fastest": steps[2], "time_card": "H200"}  # fmt: skip
     lines = plan.table(result).splitlines()
-    assert lines[0] == "qwen3-4b at 262,144 tokens, up to 2 GPU(s) of 80 GiB:"
-    assert "over" in lines[1] and "fits" in lines[2] and lines[-1].endswith("(60.5 GiB per GPU)")
-    assert plan.table(dict(result, cheapest=None)).endswith("nothing fits on 2 GPU(s) of 80 GiB: more GPUs or memory")
+    assert lines[0] == "qwen3-4b at 262,144 tokens, up to 2 GPU(s) of 80 GiB (times on H200):"
+    assert "over" in lines[1] and "fits" in lines[2] and "40.0 s/step" in lines[1]
+    assert lines[4] == "cheapest that fits: chunked loss + checkpointing (70.0 GiB per GPU)"
+    assert lines[5].startswith("fastest that fits: chunked loss + checkpointing + context parallel ×2 (21.0 s per step on 2")
+    assert lines[6].endswith("+CP×2 21.0 s (42); +ckpt 40.0 s (40)")  # the faster set costs more GPU-seconds
+    nothing = dict(result, cheapest=None, fastest=None)
+    assert plan.table(nothing).endswith("nothing fits on 2 GPU(s) of 80 GiB: more GPUs or memory")
 
 
 def test_plan_with_json_shows_its_progress_on_stderr_and_prints_only_json():
@@ -173,3 +181,13 @@ def test_another_attention_is_left_for_sdpa_in_a_step_of_its_own_before_the_cp_s
     assert steps[4][0] == steps[3][0] + ["SDPA attention"] and steps[5][0] == steps[4][0] + ["context parallel ×2"]
     others = [[lever for lever in levers if lever != "SDPA attention"] for levers, _ in steps if levers[-1] != "SDPA attention"]
     assert others == [levers for levers, _ in plan.ladder(4)]  # otherwise the same steps as with SDPA throughout
+
+
+def test_plan_prices_every_step_on_the_named_card_and_names_the_fastest_that_fits():
+    from longctx.memory.plan import plan
+
+    result = plan("tiny", 4096, gpus=2, gpu_memory_gib="H200", progress=False)
+    assert result["time_card"] == "H200" and all(r["step_seconds"] > 0 for r in result["steps"])
+    fitting = [r for r in result["steps"] if r["fits"]]
+    assert result["cheapest"] == fitting[0] and result["fastest"] == min(fitting, key=lambda r: r["step_seconds"])
+    assert plan("tiny", 4096, gpus=1, gpu_memory_gib=24, progress=False)["time_card"] == "H100-80GB"  # GiB: the default card

@@ -1,10 +1,11 @@
 """`explore()`: the full-size estimator behind a few controls in JupyterLab — model, length, levers, GPUs, card —
-redrawing the step's peak by category and the verdict against the card at each change (fast path: memory/repeat.py)."""
+redrawing the step's peak by category, the verdict against the card and the step's time on it at each change (fast
+path: memory/repeat.py)."""
 
 from functools import lru_cache
 
 from longctx.errors import LongctxError
-from longctx.memory import cards
+from longctx.memory import cards, timing
 from longctx.memory.estimate import estimate
 from longctx.units import GIB
 
@@ -14,10 +15,12 @@ MODELS = ("qwen3-0.6b", "qwen3-4b", "qwen3-8b")
 
 @lru_cache(maxsize=512)
 def peak(model: str, seq_len: int, loss: str, checkpointing: bool, offload: bool, gpus: int) -> dict:
-    """The estimated step at these settings (per GPU under context parallelism), kept for the next visit."""
+    """The estimated step at these settings (per GPU under context parallelism), with its time on every card, kept
+    for the next visit."""
     p = estimate(model, seq_len, loss=loss, checkpointing=checkpointing, offload=offload, cp_size=gpus)
     gib = {k: v / GIB for k, v in p.peak_breakdown.items() if v}
-    return {"peak_gib": p.peak_gib, "phase": p.peak_phase, "gib": gib, "host_gib": p.host_peak_bytes / GIB}
+    seconds = {card: timing.step_time(p, card)["seconds"] for card in cards.CARDS}
+    return {"peak_gib": p.peak_gib, "phase": p.peak_phase, "gib": gib, "host_gib": p.host_peak_bytes / GIB, "seconds": seconds}
 
 
 def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB", models=MODELS):
@@ -57,9 +60,11 @@ def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB
             capacity = cards.capacity(v["gpu"])[0]
             ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{v['gpu']}: {capacity:.1f} GiB")
             ax.legend(fontsize=8)
+            seconds = box.state["seconds"][v["gpu"]]
             ax.set_title(
                 f"{v['model']} at {v['seq_len']:,} tokens: {box.state['peak_gib']:.1f} GiB per GPU ({box.state['phase']}), "
-                f"{cards.verdict(box.state['peak_gib'], v['gpu'], v['gpus']).split(';')[0]}",
+                f"{cards.verdict(box.state['peak_gib'], v['gpu'], v['gpus']).split(';')[0]}\n"
+                f"{seconds:,.1f} s per step on {v['gpus']} GPU(s), {v['seq_len'] / seconds:,.0f} tokens/s (the time model)",
                 fontsize=9,
             )
             display(ax.figure)
