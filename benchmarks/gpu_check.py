@@ -8,6 +8,9 @@
               (a case whose estimate passes 95% of the card is skipped, not run into OOM).
   notebooks   (d) notebooks 00, 01 and 03 at their `gpu` size, trimmed to fit, on a full-shape Qwen3-0.6B with
               random weights saved here in hub format (random values measure memory as well as trained ones).
+  time        (e) the estimate's own step timed on the GPU (one warm-up, then the median of TIMED runs, each
+              synchronised) for Qwen3-0.6B and Qwen3-4B at two lengths, plain and chunked loss, offload and the
+              tiled MLP, beside the time model's prediction for this card (longctx/memory/timing.py).
   dry-run     any machine, no GPU: every step built on fake tensors at 1,024 tokens, every input checked.
 
 Each phase has a budget in seconds (--budget): a case that would start with too little of it left is
@@ -19,6 +22,7 @@ and the executed notebooks stay under --out.
 
     python benchmarks/gpu_check.py measure   [--budget 330] [--out DIR] [--report-to DIR]
     python benchmarks/gpu_check.py notebooks [--budget 450] [--out DIR] [--report-to DIR]
+    python benchmarks/gpu_check.py time      [--budget 420] [--out DIR] [--report-to DIR]
     python benchmarks/gpu_check.py dry-run   [--out DIR]
 """
 
@@ -40,6 +44,7 @@ from pathlib import Path
 
 from longctx import LongctxError, data, models, versions
 from longctx.files import atomic
+from longctx.memory import cards, timing
 from longctx.memory.estimate import DEFAULT_DTYPE, DTYPES, build_step, check_levers, estimate
 from longctx.paths import build_dir
 from longctx.run import harness
@@ -58,9 +63,17 @@ NOTEBOOKS = {  # (d): the gpu size with the model built here; estimate-only knob
     "01_chunked_loss": {"FULL_LENGTHS": [98304], "PLAIN_LENGTHS": [32768], "FIND_REACH": False},
     "03_activation_offload": {"CPU_LENGTHS": [8192, 32768], "FULL_LENGTHS": [32768, 98304], "FIND_REACH": False},
 }
+# (e): (model, tokens, the estimate's levers); each timed where its estimate fits the card
+TIME_CASES = [
+    (model, n, levers)
+    for model, lengths in (("qwen3-0.6b", (8192, 32768)), ("qwen3-4b", (16384, 32768)))
+    for n in lengths
+    for levers in ({"loss": "plain"}, {}, {"offload": True}, {"tiled_mlp": True})
+]
+TIMED = 3  # timed runs of each step after its warm-up
 HEADROOM = 0.95  # a case whose estimate passes this share of the card is skipped, not run into OOM
-BUDGETS = {"measure": 330, "notebooks": 450, "dry-run": 600}  # seconds; each phase well under a 10-minute command
-MIN_LEFT = {"measure": 25, "notebooks": 60}  # a case does not start with less of the budget left
+BUDGETS = {"measure": 330, "notebooks": 450, "time": 420, "dry-run": 600}  # seconds; each well under a 10-minute command
+MIN_LEFT = {"measure": 25, "notebooks": 60, "time": 30}  # a case does not start with less of the budget left
 NOTEBOOK_CAP = 170  # seconds one notebook may take before it is stopped and recorded as timed out
 REPORT = ("gpu_check.json", "gpu_check.md")
 
@@ -131,6 +144,90 @@ def real_step(case, snapshot: Path | None = None) -> dict:
         torch.cuda.empty_cache()
 
 
+def timed_step(case) -> dict:
+    """The estimate's step on the GPU (bf16, checkpointing as in `estimate`), its median time over TIMED runs."""
+    import statistics
+
+    import torch
+
+    model, n, levers = case
+    net = optimizer = step = None
+    torch.set_default_dtype(DTYPES[DEFAULT_DTYPE])
+    try:
+        off = levers.get("offload", False)
+        with torch.device("cuda"):  # with offload, transformers' own save_on_cpu path, turned on below
+            kwargs = {k: v for k, v in levers.items() if k != "offload"}
+            net, optimizer, step = build_step(models.config(model), n, checkpointing=not off, **kwargs)
+        if off:
+            net.activation_checkpointing_enable(offload=True)
+        seconds = []
+        for _ in range(TIMED + 1):  # the first run pays for the allocator's growth and kernel selection
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            optimizer.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+        return {"measured_seconds": statistics.median(seconds[1:]), "runs": [round(s, 4) for s in seconds]}
+    except torch.cuda.OutOfMemoryError as exc:
+        return {"oom": str(exc).splitlines()[0]}
+    finally:
+        torch.set_default_dtype(torch.float32)
+        net = optimizer = step = None  # noqa: F841
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _predicted(case_and_card) -> tuple[float, float]:
+    (model, n, levers), card = case_and_card
+    profile = estimate(model, n, **levers)
+    return profile.peak_gib, timing.step_time(profile, card)["seconds"]
+
+
+def card_of(device_name: str) -> str | None:
+    """The longctx card of a CUDA device name ("NVIDIA H100 80GB HBM3" → "H100-80GB"), None when not in the table."""
+    name = device_name.upper()
+    return next((c for c in cards.CARDS if c.split("-")[0] in name and (c.partition("-")[2] in name.replace(" ", ""))), None)
+
+
+def time_steps(report: Report, budget: float) -> None:
+    """(e): each TIME_CASE timed on this GPU beside the time model's prediction for this card."""
+    import torch
+
+    sec = report.section
+    capacity, name = torch.cuda.get_device_properties(0).total_memory / GIB, torch.cuda.get_device_name()
+    card = card_of(name)
+    sec.update(gpu=name, card=card, capacity_gib=capacity, steps=[])
+    if card is None:
+        raise LongctxError(f"{name} is not in longctx's card table (memory/cards.py): add its datasheet figures first.")
+    pool = ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 2), mp_context=get_context("spawn"))
+    futures = {i: pool.submit(_predicted, (case, card)) for i, case in enumerate(TIME_CASES)}
+    try:
+        for i, case in enumerate(TIME_CASES):
+            row = {"model": case[0], "seq_len": case[1], "levers": case[2]}
+            try:
+                if _left(report, budget) < MIN_LEFT["time"]:
+                    row["skipped"] = f"budget: {_left(report, budget):.0f} s of {budget:.0f} left"
+                else:
+                    row["estimated_peak_gib"], row["predicted_seconds"] = futures[i].result(timeout=max(1, _left(report, budget)))
+                    if row["estimated_peak_gib"] > HEADROOM * capacity:
+                        row["skipped"] = f"estimate {row['estimated_peak_gib']:.1f} GiB is over {HEADROOM:.0%} of the card"
+                    else:
+                        row.update(timed_step(case))
+                        if "measured_seconds" in row:
+                            row["predicted_over_measured"] = row["predicted_seconds"] / row["measured_seconds"]
+            except Exception as exc:  # a kernel that fails here (DeepSpeed's tiled MLP absent): recorded, the next runs
+                row.update(_error(exc))
+            print(json.dumps({k: v for k, v in row.items() if k != "where"}), flush=True)
+            sec["steps"].append(row)
+            report.save()
+    finally:
+        running = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in running:
+            proc.kill()
+
+
 def _error(exc: BaseException) -> dict:
     return {"error": f"{type(exc).__name__}: {exc}"[:2000], "where": traceback.format_exc(limit=-3)[-2000:]}
 
@@ -198,6 +295,11 @@ def dry_run(report: Report) -> None:
         peak = estimate(model, 1024, loss=loss, offload=off).peak_gib
         built.append({"model": model, "loss": loss, "offload": off, "fake_peak_gib_at_1024": peak})
         report.save()
+    report.section["timed"] = [  # (e)'s cases priced at 1,024 tokens on the H100, as the GPU phase will on its card
+        {"model": m, "levers": lv, "predicted_seconds_at_1024": _predicted(((m, 1024, lv), cards.DEFAULT))[1]}
+        for m, lv in {(m, json.dumps(lv, sort_keys=True)): (m, lv) for m, _, lv in TIME_CASES}.values()
+    ]
+    report.save()
 
 
 def _left(report: Report, budget: float) -> float:
@@ -336,7 +438,7 @@ def markdown(report: dict) -> str:
         f"{report['date']}; torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, accelerate {v['accelerate']}.",
         "",
     ]
-    for phase in ("dry-run", "measure", "notebooks"):
+    for phase in ("dry-run", "measure", "notebooks", "time"):
         sec = report.get(phase)
         if not sec:
             continue
@@ -375,6 +477,20 @@ def markdown(report: dict) -> str:
                     f"| {r['model']} | {r['seq_len']:,} | {r['loss']} | {r['offload']} | {_gib(r, 'estimated_peak_gib')} | "
                     f"{_gib(r, 'allocator_peak_gib')} | {ratio} | {note[:120]} |"
                 )
+        if phase == "time":
+            lines += [
+                f"**(e) step time, predicted (the time model on {sec.get('card')}) and measured**",
+                "",
+                "| model | tokens | levers | predicted (s) | measured (s) | predicted / measured | note |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for r in sec.get("steps", []):
+                ratio = f"{r['predicted_over_measured']:.2f}" if "predicted_over_measured" in r else "—"
+                note = r.get("skipped") or r.get("oom") or r.get("error") or ""
+                lines.append(
+                    f"| {r['model']} | {r['seq_len']:,} | {r['levers'] or 'chunked'} | {_gib(r, 'predicted_seconds')} | "
+                    f"{_gib(r, 'measured_seconds')} | {ratio} | {note[:120]} |"
+                )
         if phase == "notebooks":
             lines += ["**(d) notebooks at the gpu size** (full-shape random-weight Qwen3-0.6B)", ""]
             lines += [
@@ -387,7 +503,7 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("phase", choices=sorted(BUDGETS), help="measure: (a)(b)(c); notebooks: (d); dry-run: no GPU")
+    ap.add_argument("phase", choices=sorted(BUDGETS), help="measure: (a)(b)(c); notebooks: (d); time: (e); dry-run: no GPU")
     ap.add_argument("--out", default=None, help="folder for the reports and everything heavy (default build/gpu_check/)")
     ap.add_argument("--budget", type=float, default=None, help="seconds this phase may take (default: see BUDGETS)")
     ap.add_argument("--only", nargs="+", choices=list(NOTEBOOKS), default=list(NOTEBOOKS), help="notebooks: run these")
@@ -413,7 +529,8 @@ def main(argv=None) -> int:
         if args.phase == "dry-run":
             dry_run(report)
         else:
-            measure(report, budget) if args.phase == "measure" else notebooks(report, budget, args.only)
+            phases = {"measure": measure, "time": time_steps}
+            phases[args.phase](report, budget) if args.phase in phases else notebooks(report, budget, args.only)
         report.section["finished"] = True
     except LongctxError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)

@@ -29,13 +29,16 @@ def test_dry_run_builds_every_step_and_checks_every_input(tmp_path):
     built = {(b["model"], b["loss"], b["offload"]) for b in report["built"]}
     assert built == {(m, loss, off) for m, _, loss, off in gpu_check.CASES} and report["finished"]
     assert all(b["fake_peak_gib_at_1024"] > 0 for b in report["built"])
+    timed = {(t["model"], json.dumps(t["levers"], sort_keys=True)) for t in report["timed"]}  # (e)'s steps, priced
+    assert timed == {(m, json.dumps(lv, sort_keys=True)) for m, _, lv in gpu_check.TIME_CASES}
+    assert all(t["predicted_seconds_at_1024"] > 0 for t in report["timed"])
     assert report["checked"]["notebooks"] == list(gpu_check.NOTEBOOKS)
     assert (tmp_path / "out" / "qwen3-0.6b-random" / "config.json").exists()
     assert "dry-run — finished" in (sent / "gpu_check.md").read_text()
     assert sorted(p.name for p in sent.iterdir()) == ["gpu_check.json", "gpu_check.md"]  # the model stays behind
 
 
-@pytest.mark.parametrize("phase", ["measure", "notebooks"])
+@pytest.mark.parametrize("phase", ["measure", "notebooks", "time"])
 def test_without_a_gpu_the_real_phases_refuse(tmp_path, phase):
     out = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), phase, "--out", str(tmp_path)], capture_output=True, text=True

@@ -8,6 +8,7 @@ as FLOPs, as torch's FlopCounterMode counts none: such operators are timed by th
 Stand-ins that compute nothing (FlashAttention and TRL's fp32 head products on the GPU path) charge their FLOPs here."""
 
 import contextlib
+import functools
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -91,32 +92,65 @@ def _arg(func, args, kwargs, name: str, default=None):
     return default
 
 
+@functools.cache
+def _kind(func) -> tuple:
+    """What of_op needs to know of an operator, once per operator: (how it is costed, its name, the positions of the
+    arguments it writes in place)."""
+    namespace, packet, name = func.namespace, func._overloadpacket, func._schema.name.split("::")[-1]
+    written = tuple(i for i, a in enumerate(func._schema.arguments) if a.alias_info and a.alias_info.is_write)
+    if namespace in ("_c10d_functional", "c10d"):
+        return "collective", name, written
+    if packet in _CPU_FLASH or packet in ATTENTION_OPS:
+        return "attention", name, written
+    if packet in flop_registry:
+        return "batched" if packet in _BATCHED else "product", name, written
+    if name in ("_to_copy", "copy_"):
+        return "copy", name, written
+    free = func.is_view or name.startswith(_FREE) or name.endswith(("_like", "empty"))
+    return ("free" if free else "memory"), name, written
+
+
+def _tensors(values) -> list:
+    """The tensors among `values`, one level of lists looked into (an operator's tensor-list arguments)."""
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found += [t for t in v if isinstance(t, torch.Tensor)]
+    return found
+
+
 def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list[int]:
     """The COLUMNS of one dispatched operator (`attention_module()`: whether it runs inside an attention module)."""
     row = [0] * len(COLUMNS)
     row[COL["recompute"]] = int(recompute)
-    namespace, packet, name = func.namespace, func._overloadpacket, func._schema.name.split("::")[-1]
-    ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-    if namespace in ("_c10d_functional", "c10d"):
-        _collective(row, func, name, args, kwargs, ins, outs, functional=namespace == "_c10d_functional")
-    elif packet in flop_registry or packet in _CPU_FLASH:
+    kind, name, written = _kind(func)
+    if kind != "free":
+        ins = _tensors((*args, *kwargs.values()))
+        outs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
+    if kind == "collective":
+        _collective(row, func, name, args, kwargs, ins, outs, functional=func.namespace == "_c10d_functional")
+    elif kind == "attention":
+        packet = func._overloadpacket
         flops = _CPU_FLASH[packet](args) if packet in _CPU_FLASH else flop_registry[packet](*args, **kwargs, out_val=out)
-        attention = packet in ATTENTION_OPS or packet in _CPU_FLASH or (packet in _BATCHED and attention_module())
-        if packet in ATTENTION_OPS or packet in _CPU_FLASH:
-            flops = flops // 2 if _arg(func, args, kwargs, "is_causal", False) else flops
-        row[COL["attention_flops" if attention else "linear_flops"]] = flops
-    elif name in ("_to_copy", "copy_") and ins and outs and ins[0].device != outs[0].device:
+        row[COL["attention_flops"]] = flops // 2 if _arg(func, args, kwargs, "is_causal", False) else flops
+    elif kind in ("product", "batched"):
+        flops = flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
+        row[COL["attention_flops" if kind == "batched" and attention_module() else "linear_flops"]] = flops
+    elif kind == "copy" and ins and outs and ins[0].device != outs[0].device:
         row[COL["host_bytes"]] = _nbytes(outs[0])  # offload's copy out to the host, or back
-    elif not (func.is_view or name.startswith(_FREE) or name.endswith(("_like", "empty"))):
-        mutated = [a for a, s in zip(args, func._schema.arguments) if s.alias_info and s.alias_info.is_write]
+    elif kind in ("memory", "copy"):
         returned = {id(t) for t in outs}  # an in-place operator that returns what it wrote counts it once as output
-        written = sum(_nbytes(t) for t in tree_leaves(mutated) if isinstance(t, torch.Tensor) and id(t) not in returned)
-        row[COL["memory_bytes"]] = sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + written
+        mutated = _tensors(args[i] for i in written if i < len(args))
+        row[COL["memory_bytes"]] = sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + sum(
+            _nbytes(t) for t in mutated if id(t) not in returned
+        )
     pending, times = _state["pending"], _state["times"]
-    row[0], row[1] = (row[0] + pending[0]) * times, (row[1] + pending[1]) * times
-    row[2:5] = [v * times for v in row[2:5]]
-    _state["pending"] = [0, 0]
+    if pending[0] or pending[1] or times != 1:
+        row[0], row[1] = (row[0] + pending[0]) * times, (row[1] + pending[1]) * times
+        row[2:5] = [v * times for v in row[2:5]]
+        _state["pending"] = [0, 0]
     return row
 
 
