@@ -17,8 +17,8 @@ from longctx.paths import REPO
 from longctx.tools.cli import main
 
 
-def _fit_script():
-    spec = importlib.util.spec_from_file_location("fit_step_time", REPO / "scripts" / "fit_step_time.py")
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -115,17 +115,19 @@ def test_the_cli_prints_the_time_and_its_parts(capsys):
 
 @pytest.fixture(scope="module")
 def fitted():
-    script = _fit_script()
+    script = _script("fit_step_time")
     profiles = script.profiles()
     return script, profiles, script.fit(profiles)
 
 
+@pytest.mark.slow
 def test_the_efficiencies_are_their_fit(fitted):
     _, _, eff = fitted
     assert timing.EFFICIENCY["hopper"].linear == pytest.approx(eff.linear, abs=1e-4)
     assert timing.EFFICIENCY["hopper"].attention == pytest.approx(eff.attention, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_held_out_steps_are_predicted_within_15_percent_as_committed(fitted):
     script, profiles, eff = fitted
     rows = script.table(profiles, timing.EFFICIENCY["hopper"])
@@ -136,3 +138,11 @@ def test_held_out_steps_are_predicted_within_15_percent_as_committed(fitted):
     for row, kept in zip(rows, committed):
         assert row["predicted_seconds"] == pytest.approx(kept["predicted_seconds"], rel=1e-3), row["step"]
         assert 0.85 <= row["ratio"] <= 1.15, row
+
+
+@pytest.mark.slow
+def test_the_readme_states_each_levers_time_cost_as_the_time_model_gives_it():
+    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[2] for line in (REPO / "README.md").read_text().splitlines()
+             if line.startswith("| ") and line.count(" | ") == 3}  # fmt: skip
+    for lever, cost in _script("lever_costs").costs().items():
+        assert table[lever] == cost, lever
