@@ -241,3 +241,33 @@ def _trained_mark(ax, trained: int) -> None:
     ax.axvline(trained, color="k", ls=":", lw=1)
     at = (trained, 1)
     ax.annotate("trained range ends", at, xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=7)
+
+
+# the time model's parts of a step (memory/timing.PARTS), in stacking order
+TIME_COLORS = {
+    "linear": "#4C72B0", "attention": "#C44E52", "recomputation": "#DD8452", "other": "#937860",
+    "optimizer": "#55A868", "copies": "#8172B3", "communication": "#DA8BC3",
+}  # fmt: skip
+
+
+@styled
+def time_breakdown(times: dict[str, dict], ax=None, title: str | None = None):
+    """One horizontal bar per step (a label → memory/timing.step_time's dict): its seconds split into the time model's
+    parts, the total written at the bar's end."""
+    labels = list(times)
+    left = np.zeros(len(labels))
+    for part, color in TIME_COLORS.items():
+        widths = np.array([times[k]["breakdown_seconds"][part] for k in labels])
+        if widths.any():
+            ax.barh(labels, widths, left=left, color=color, label=part)
+            left += widths
+    for y, total in enumerate(left):
+        ax.annotate(f"{total:,.1f} s", (total, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per step (the time model)")
+    ax.set_xlim(0, left.max() * 1.15)
+    ax.legend(fontsize=7, ncols=7, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.figure.set_size_inches(ax.figure.get_size_inches()[0], 1.8 + 0.45 * len(labels))
+    ax.figure.tight_layout()

@@ -143,8 +143,8 @@ def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list
     elif kind in ("memory", "copy"):
         returned = {id(t) for t in outs}  # an in-place operator that returns what it wrote counts it once as output
         mutated = _tensors(args[i] for i in written if i < len(args))
-        row[COL["memory_bytes"]] = sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + sum(
-            _nbytes(t) for t in mutated if id(t) not in returned
+        row[COL["memory_bytes"]] = (
+            sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + sum(_nbytes(t) for t in mutated if id(t) not in returned)
         )
     pending, times = _state["pending"], _state["times"]
     if pending[0] or pending[1] or times != 1:

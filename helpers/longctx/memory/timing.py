@@ -140,6 +140,20 @@ def _fsdp_exposed(stream: np.ndarray, phases: np.ndarray, kind: np.ndarray, link
     return float(exposed)
 
 
+def priced_on(gpu) -> str:
+    """The card a step is priced on: `gpu` when it names one (cards.CARDS), else the guide's (a number of GiB has no
+    speeds)."""
+    return cards.card(gpu).name if cards.card(gpu) else cards.DEFAULT
+
+
+def attention_overtakes(profile) -> int:
+    """The sequence length at which the step's attention FLOPs equal its linear layers': attention's grow with the
+    square of the length and the products' with the length, so from one step's two counts, length × linear ÷ attention."""
+    c = profile.costs
+    linear, attention = (float(c[:, COL[k]].sum()) for k in ("linear_flops", "attention_flops"))
+    return round(profile.meta["seq_len"] * linear / attention)
+
+
 def describe(time: dict) -> str:
     """One line: '12.3 s per step on H100-80GB, 10,650 tokens/s, MFU 41%: attention 60%, ...'."""
     shares = {k: v / time["seconds"] for k, v in time["breakdown_seconds"].items()}
