@@ -34,7 +34,7 @@ def costs() -> dict[str, str]:
         "chunked loss": f"{pct(t, plain)} step time: the head's second pass costs what moving the full logits did",
         "checkpointing": f"one extra forward per step: {pct(t, no_ckpt)} step time",
         "offload": f"host memory, link traffic: {pct(offload, t)} step time (copies on the compute stream)",
-        "context parallelism": f"`N` GPUs: {t / cp4['seconds']:.1f}× faster on 4 ({exposed:.0%} exposed communication)",
+        "context parallelism": f"`N` GPUs: {t / cp4['seconds']:.1f}× faster on 4 (communication exposed: {exposed:.2%} of it)",
         "tiled MLP": f"one more MLP forward per layer: {pct(tiled, t)} step time",
         "attention kernel": f"nothing: eager's `L × L` scores make the step {eager:.1f}× as long",
         "fewer checkpointed layers": f"the activations of the layers left out; every other layer: −{recompute / 2:.0%} step time",

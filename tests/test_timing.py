@@ -78,8 +78,8 @@ def test_what_overlaps_and_what_waits():
     one = timing.Efficiency(1.0, 1.0, "test")
     rows = [
         {"comm": costs.CP_GATHER, "comm_bytes": 3 * link},  # issued: 3 s on the link
-        {"attention_flops": second},  # 1 s of attention beside it
-        {"comm": costs.WAIT},  # waits the 2 s left
+        {"comm": costs.WAIT},  # waited at once under fake tensors; the eager ring waits after the next kernel ...
+        {"attention_flops": second},  # ... this 1 s of attention, run beside the exchange: 2 s left to wait
         {"linear_flops": 2 * second},
         {"host_bytes": host},  # offload's copy: on the stream, 1 s
         {"comm": costs.FSDP_GATHER, "comm_bytes": link / 2},  # the pass's first gather: 0.5 s, nothing to hide it
