@@ -392,12 +392,19 @@ def notebooks(report: Report, budget: float, only=tuple(NOTEBOOKS)) -> None:
         res = report.out / nb / "results.json"
         if status == "ok" and res.exists():
             quoted = json.loads(res.read_text()).get("results", {})
-            row.update({k: quoted.get(k) for k in KEY_RESULTS[nb]})
+            row.update({k: _dotted(quoted, k) for k in KEY_RESULTS[nb]})
         print(nb, json.dumps({k: v for k, v in row.items() if k != "output"}), flush=True)
         report.save()
 
 
-KEY_RESULTS = {  # what the report quotes from each notebook's results.json
+def _dotted(results: dict, key: str):
+    """results["a"]["b"] for "a.b" (None where absent)."""
+    for part in key.split("."):
+        results = results.get(part) if isinstance(results, dict) else None
+    return results
+
+
+KEY_RESULTS = {  # what the report quotes from each notebook's results.json ("a.b": a nested value)
     "00_memory_primer": (
         "model_dtype",
         "model_device",
@@ -408,11 +415,11 @@ KEY_RESULTS = {  # what the report quotes from each notebook's results.json
     ),
     "01_chunked_loss": (
         "model_dtype",
-        "measured_device",
-        "measured_peak_plain_mib",
-        "measured_peak_chunked_mib",
-        "measured_chunked_over_plain",
-        "loss_abs_diff",
+        "measured.plain.device",
+        "measured.plain.peak_gib",
+        "measured.chunked.peak_gib",
+        "measured.plain.loss_value",
+        "measured.chunked.loss_value",
     ),
     "03_activation_offload": (
         "model_dtype",

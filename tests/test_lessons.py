@@ -25,10 +25,54 @@ def _code(name):
     return "\n".join(c.source for c in _cells(name) if c.cell_type == "code")
 
 
+CONFIGS = ("SFTConfig", "GRPOConfig", "ParallelismConfig", "LoraConfig", "DeepSpeedSequenceParallelConfig")
+
+
+def recipe_section(name) -> str:
+    """The markdown of a lesson's "In your own script" section, to the next section."""
+    text = _markdown(name)
+    match = re.search(r"^#+ .*In your own script.*?(?=^## )", text, re.M | re.S)
+    assert match, f"{name}: no 'In your own script' section"
+    return match.group(0)
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_every_lesson_prints_its_recipe_from_the_config_it_ran(name):
-    assert re.search(r"^#+ .*In your own script", _markdown(name), re.M), name
-    assert "recipe.show(" in _code(name), f"{name}: the snippet must be printed from a config, not typed"
+def test_every_lesson_builds_what_it_measures_in_plain_sight_and_writes_its_recipe_as_code(name):
+    """The TRL configs a lesson teaches are written in its code (SFTConfig(...) for every lesson that trains), and its
+    "In your own script" is literal code, which test_notebooks.py holds to the config that ran."""
+    from longctx import recipe
+
+    written = recipe.written(recipe_section(name))
+    assert set(written) & set(CONFIGS), f"{name}: its recipe writes none of {', '.join(CONFIGS)}"
+    assert re.search(r"\b(SFTConfig|GRPOConfig)\(", _code(name)), f"{name}: no trainer config built in its code"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_recipe_that_turns_checkpointing_off_says_why(name):
+    for line in recipe_section(name).splitlines():
+        if "activation_checkpointing=False" in line:
+            assert "#" in line.split("activation_checkpointing=False", 1)[1], f"{name}: {line.strip()}"
+
+
+def bookkeeping(name) -> tuple[int, int]:
+    """(lines of code, lines of print(...) and session.record(...) statements) over a lesson's code cells."""
+    import ast
+
+    total = kept = 0
+    for source in (c.source for c in _cells(name) if c.cell_type == "code"):
+        total += sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
+        for node in ast.walk(ast.parse(source)):
+            call = node.value if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) else None
+            name_of = getattr(call.func, "id", getattr(call.func, "attr", "")) if call else ""
+            if name_of in ("print", "record"):
+                kept += node.end_lineno - node.lineno + 1
+    return total, kept
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_bookkeeping_is_at_most_15_percent_of_a_lessons_code(name):
+    total, kept = bookkeeping(name)
+    assert kept <= 0.15 * total, f"{name}: {kept} of {total} code lines print or record ({kept / total:.0%})"
 
 
 @pytest.mark.parametrize("name", LEVER_NOTEBOOKS)
@@ -84,7 +128,7 @@ def test_the_lesson_template_has_every_section_a_lesson_needs_and_runs(tmp_path,
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert [c for c in code if "parameters" in c.metadata.get("tags", [])] == [code[0]]
-    assert re.search(r"^#+ .*In your own script", text, re.M) and any("recipe.show(" in c.source for c in code)
+    assert re.search(r"^#+ .*In your own script", text, re.M) and "```python" in text
     assert re.search(r"^## .*Look inside", text, re.M)
     assert text.split("## Exercises", 1)[1].count("<details><summary>Answer</summary>") >= 2
     assert re.search(r"^## Recap", text, re.M) and code[-1].source == "session.save()"

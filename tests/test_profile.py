@@ -16,19 +16,21 @@ def test_a_profile_names_the_row_where_a_phase_ends():
 def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tmp_path):
     import numpy as np
     import pytest
+    from trl import SFTConfig, SFTTrainer
 
-    from longctx import data, models
+    from longctx import data, models, train
     from longctx.memory.estimate import estimate
     from longctx.memory.profile import META_KEYS, MemoryProfile
-    from longctx.memory.trainer_step import sft_step_profile
+    from longctx.memory.trainer_step import measure_step
     from longctx.units import CATEGORIES
 
     prof = MemoryProfile("cpu", "test", np.zeros((1, len(CATEGORIES))), ["forward"], 0, "forward", {})
     with pytest.raises(KeyError, match="declare them in META_KEYS"):
         prof.note("estimate", loss_value=1.0)  # a real step's loss value is not an estimate's loss kind
     assert set(estimate("tiny", 64, dtype="fp32", device="cpu").meta) == set(META_KEYS["estimate"])
-    step = sft_step_profile(
-        models.load("tiny", dtype="fp32"), data.long_sequences(64, 2), output_dir=str(tmp_path), processing_class=data.tokenizer()
-    )
+    args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, **train.on_this_machine())
+    dataset, tok = data.long_sequences(64, 2), data.tokenizer()
+    trainer = SFTTrainer(model=models.load("tiny"), args=args, train_dataset=dataset, processing_class=tok)
+    step = measure_step(trainer)
     pool_keys = {"host_peak_bytes", "host_peak_tensors", "to_host_bytes", "to_device_bytes"}  # only with offload
     assert set(step.meta) == set(META_KEYS["trainer_step"]) - pool_keys and isinstance(step.meta["loss_value"], float)

@@ -34,7 +34,7 @@ def _cli(out: Path, *extra: str) -> list[str]:
         str(out),
         "-q",
         "--metric",
-        "measured_peak_chunked_mib",
+        "measured.chunked.peak_gib",
     ]
     for g in GRID:
         args += ["--grid", g]
@@ -78,9 +78,9 @@ def test_sweep_table_and_plot(killed_then_resumed):
     rows = list(csv.DictReader((out / "sweep.csv").open()))
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
     assert {(r["SEQ_LEN"], r["TILE_TOKENS"]) for r in rows} == {("256", "64"), ("256", "128"), ("512", "64"), ("512", "128")}
-    peaks = {(r["SEQ_LEN"], r["TILE_TOKENS"]): float(r["measured_peak_chunked_mib"]) for r in rows}
+    peaks = {(r["SEQ_LEN"], r["TILE_TOKENS"]): float(r["measured.chunked.peak_gib"]) for r in rows}
     assert peaks[("512", "64")] > peaks[("256", "64")]
-    assert (out / "sweep_measured_peak_chunked_mib.png").exists()
+    assert (out / "sweep_measured.chunked.peak_gib.png").exists()
 
 
 def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_path):
@@ -91,7 +91,7 @@ def test_slurm_path_through_submitits_local_executor(killed_then_resumed, tmp_pa
     assert len(rows) == 1 and all(r["status"] == "ok" for r in rows)
     for r in rows:  # the same measured numbers as the local executor's points
         ref = local_rows[(r["SEQ_LEN"], r["TILE_TOKENS"])]
-        for key in ("measured_peak_plain_mib", "measured_peak_chunked_mib", "loss_plain"):
+        for key in ("measured.plain.peak_gib", "measured.chunked.peak_gib", "measured.plain.loss_value"):
             assert float(r[key]) == pytest.approx(float(ref[key]), rel=1e-6)
     assert list((tmp_path / "submitit").iterdir())  # submitit's own job folders: it really submitted
 

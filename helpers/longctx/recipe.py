@@ -123,3 +123,82 @@ def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after:
         + snippet(call, lever, name=name)
         + (f"\n\n{after}" if after else "")
     )
+
+
+# A lesson's recipe ("In your own script") is literal code in its markdown; the keys that say where and how long a
+# run is, which differ between a lesson's miniature and the recipe's full size, are not compared with what ran.
+SIZES = ("output_dir", "max_length", "max_steps", "bf16", "use_cpu", "pad_to_multiple_of", "cp_size", "sp_size")
+
+
+def ran(config) -> dict:
+    """What a config object (an SFTConfig, a GRPOConfig, a ParallelismConfig, a LoraConfig) ran with, as JSON: every
+    argument of its class ("values"; a nested config as {its class name: what it ran with}) and the names of those that
+    differ from the class's defaults ("changed")."""
+    import dataclasses
+
+    values, changed = {}, []
+    for f in (f for f in dataclasses.fields(config) if f.init):
+        value = getattr(config, f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        values[f.name] = {type(value).__name__: ran(value)} if dataclasses.is_dataclass(value) else _json(value)
+        if value != default:
+            changed.append(f.name)
+    return {"values": values, "changed": changed}
+
+
+def _json(value):
+    import enum
+
+    if isinstance(value, enum.Enum):  # transformers' strategies: str enums
+        return value.value
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json(v) for k, v in value.items()}
+    return repr(value)
+
+
+def written(markdown: str) -> dict[str, dict]:
+    """The constructor calls a lesson's markdown writes in its ```python blocks, by class name: {"SFTConfig": its
+    keyword arguments}, read as literals (a nested call as {its name: its arguments}; anything else as its source)."""
+    import ast
+    import re
+
+    found = {}
+    for block in re.findall(r"```python\n(.*?)```", markdown, re.S):
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id[:1].isupper():
+                found.setdefault(node.func.id, {k.arg: _literal_of(k.value) for k in node.keywords if k.arg})
+    return found
+
+
+def _literal_of(node):
+    import ast
+
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return {node.func.id: {k.arg: _literal_of(k.value) for k in node.keywords if k.arg}}
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+
+
+def drift(written_call: dict, ran_call: dict) -> list[str]:
+    """The arguments a written recipe gives otherwise than the run did (SIZES aside, at any depth; `ran_call` is
+    ran()'s record), and the lever arguments the run changed from their defaults that the recipe leaves out: [] when
+    the recipe says what ran."""
+    problems, values = [], ran_call["values"]
+    for key, value in written_call.items():
+        if key in SIZES:
+            continue
+        called = isinstance(value, dict) and len(value) == 1 and next(iter(value))[:1].isupper()  # {"Class": args}
+        if called and isinstance(values.get(key), dict) and value.keys() == values[key].keys():
+            name = next(iter(value))
+            problems += [f"{key}.{p}" for p in drift(value[name], values[key][name])]
+        elif values.get(key, "(no such argument)") != value:
+            problems.append(f"{key}: written {value!r}, ran {values.get(key, '(no such argument)')!r}")
+    levers = {k for lever in LEVERS.values() for k in lever} - set(SIZES)
+    left_out = sorted(levers & set(ran_call["changed"]) - set(written_call))
+    return problems + [f"{key}: ran {values[key]!r}, not written" for key in left_out]

@@ -25,6 +25,15 @@ _SAME = (
 _FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False, save_only_model=True, save_strategy="no")
 
 
+def on_this_machine(target: str | None = None) -> dict:
+    """The SFTConfig settings that depend on where a lesson runs, kept apart from the recipe a reader copies: on a CPU
+    `use_cpu=True` and fp32 (trl's configs default to bf16, which a CPU refuses), on a GPU bf16; and the lessons' own
+    quiet (no reporting service, no progress bar, no checkpoint folders, no pinned memory where there is no GPU)."""
+    target = target or device()
+    here = {"bf16": target == "cuda" and _cuda_bf16(), "use_cpu": target == "cpu"}
+    return here | {"report_to": "none", "disable_tqdm": True, "save_strategy": "no", "dataloader_pin_memory": target != "cpu"}
+
+
 @dataclass
 class TrainConfig:
     output_dir: str
@@ -124,9 +133,10 @@ def make_trainer(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kw
 
 
 def host_pool(trainer):
-    """The offload.HostPool of a trainer built with offload="host-pool" (None otherwise), held by the trainer's own
-    callback, which installs it when training starts."""
-    return _own(trainer).host_pool
+    """The offload.HostPool of a trainer built here with offload="host-pool" (None otherwise: a trainer built in a
+    lesson, or without it), held by the trainer's own callback, which installs it when training starts."""
+    own = next((cb for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool")), None)
+    return own.host_pool if own is not None else None
 
 
 def _own(trainer):

@@ -96,6 +96,11 @@ def unmodelled(cp_size: int = 1) -> list[str]:
     return [f"{name}: {why}" for name, why in UNMODELLED.items() if name != "NCCL buffers" or cp_size > 1]
 
 
+def about(gpu, cp_size: int = 1) -> str:
+    """What a lesson prints once about its card: the capacity and where it comes from, then what no estimate counts."""
+    return "\n".join([capacity(gpu)[1], "not counted by any estimate:", *(f"  {term}" for term in unmodelled(cp_size))])
+
+
 def verdict(peak_gib: float, gpu: str | float | int, cp_size: int = 1) -> str:
     """'fits'/'does not fit' on a card, the room left, and the terms it does not count."""
     gib, how = capacity(gpu)

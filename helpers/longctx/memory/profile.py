@@ -73,6 +73,33 @@ class MemoryProfile:
     def max_by_category(self) -> dict[str, int]:
         return _by_category(self.timeline.max(axis=0)) if len(self.timeline) else {}
 
+    def describe(self, unit: int = GIB) -> str:
+        """One line a lesson prints: 'peak 12.3 MiB (backward), loss 4.123456, host 1.0 MiB'."""
+        name = "GiB" if unit == GIB else "MiB"
+        loss = f", loss {self.meta['loss_value']:.6f}" if "loss_value" in self.meta else ""
+        host = f", host {self.host_peak_bytes / unit:.1f} {name}" if self.host_peak_bytes else ""
+        return f"peak {self.peak_bytes / unit:.1f} {name} ({self.peak_phase}){loss}{host}"
+
+    def anatomy(self) -> dict:
+        """What the peak is made of, in GiB: how far into the backward pass it comes (0: its start, 1: its end), the
+        fixed part (weights, buffers, optimizer state), the gradients made so far, the `band_bytes` tensors alive
+        (checkpointed layer inputs and their like: `seq_tensors` of them) and what else the step holds there (the
+        layer being recomputed: its activations and the temporaries its backward makes)."""
+        row = int(self.timeline.sum(axis=1).argmax())
+        forward, backward = self.last_row("forward"), self.last_row("backward")
+        at = {k: v / GIB for k, v in self.peak_breakdown.items()}
+        seq = int(self.bands[row]) if self.bands is not None and len(self.bands) else 0
+        into = (row - forward) / (backward - forward) if forward is not None and backward not in (None, forward) else 0.0
+        return {
+            "row": row,
+            "into_backward": into,
+            "fixed_gib": at["parameters"] + at["buffers"] + at["optimizer"],
+            "gradients_gib": at["gradients"],
+            "seq_tensors": seq,
+            "seq_tensors_gib": seq * self.band_bytes / GIB,
+            "layer_own_gib": at["activations"] + at["temporaries"] - seq * self.band_bytes / GIB,
+        }
+
     def summary(self) -> dict:
         """The scalars a notebook records in results.json."""
         return {

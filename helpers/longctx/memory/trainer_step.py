@@ -1,20 +1,18 @@
 """Measure one real Trainer step: the trainer's own `training_step` (forward, loss, backward) and its
-optimizer's `step`, on a batch from the trainer's own dataloader."""
+optimizer's `step`, on a batch from the trainer's own dataloader. A lesson builds the trainer in plain sight
+(`SFTConfig(...)`, `SFTTrainer(...)`) and hands it here."""
 
 from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
-from longctx.train import TrainConfig, host_pool, make_trainer
+from longctx.train import host_pool as pool_of
 
 
-def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, batch_size=1, tiles=(None, None), **how):
-    """MemoryProfile of one real SFTTrainer optimizer step of `model` on `dataset`, with TrainConfig's `loss`,
-    `gradient_checkpointing` (here on by default) and `offload` from `how`, its fused-head tile set to `tiles` = (rows,
-    vocabulary columns; None keeps TRL's), set up as train() sets up its first step: the optimizer created,
-    checkpointing (or the CPU offload stand-in) on."""
-    how = {"gradient_checkpointing": True, "max_steps": 1, "extra": {"disable_tqdm": True}, **how}
-    cfg = TrainConfig(output_dir=output_dir, per_device_train_batch_size=batch_size, **how)
-    trainer = make_trainer(model, dataset, cfg, processing_class=processing_class)
-    batch, pool = first_step(trainer)
+def measure_step(trainer, *, tiles=(None, None), host_pool=None):
+    """MemoryProfile of one real optimizer step of `trainer` (a transformers Trainer: SFTTrainer, GRPOTrainer, ...),
+    set up as train() sets up its first step: the optimizer created, checkpointing as its arguments ask. `tiles` sets
+    TRL's fused-head tile (rows, vocabulary columns; None keeps TRL's); `host_pool` (offload.HostPool) takes the
+    checkpointed inputs on a CPU, where transformers' offload cannot run."""
+    batch, pool = first_step(trainer, host_pool)
     model, losses = trainer.model, []
 
     def step():
@@ -38,11 +36,11 @@ def sft_step_profile(model, dataset, *, output_dir: str, processing_class=None, 
     return profile
 
 
-def first_step(trainer):
+def first_step(trainer, pool=None):
     """Set `trainer` up as train() sets up its first step: the optimizer created, the model in training mode,
-    checkpointing (or the CPU offload stand-in) on. Returns the first training batch exactly as the trainer would feed
-    it (collated, on its device) and the host pool (None without offload="host-pool")."""
-    model, pool = trainer.model, host_pool(trainer)
+    checkpointing (or the CPU offload stand-in `pool`, else the one a TrainConfig's offload="host-pool" made) on.
+    Returns the first training batch exactly as the trainer would feed it (collated, on its device) and the pool."""
+    model, pool = trainer.model, pool or pool_of(trainer)
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     trainer.create_optimizer()
     model.train()
