@@ -422,13 +422,12 @@ KEY_RESULTS = {  # what the report quotes from each notebook's results.json ("a.
         "measured.chunked.loss_value",
     ),
     "03_activation_offload": (
-        "model_dtype",
-        "measured_device",
-        "cpu_peak_plain_mib",
-        "cpu_peak_offload_mib",
-        "cpu_loss_abs_diff",
-        "seconds_per_step_no_offload",
-        "seconds_per_step_offload",
+        "measured.plain.device",
+        "measured.plain.peak_gib",
+        "measured.offload.peak_gib",
+        "cpu.loss_abs_diff",
+        "measured_seconds.False",
+        "measured_seconds.True",
     ),
 }
 

@@ -136,25 +136,27 @@ def test_01_chunked_loss(ran):
 def test_03_activation_offload(ran):
     r = ran("03_activation_offload")
     res = r.results["results"]
+    cpu, layers = res["cpu"], res["measured"]["layers"]
     # measured on the CPU: the host pool takes every layer's input, the numbers do not change
-    assert res["cpu_loss_abs_diff"] == 0.0 and res["cpu_grad_max_abs_diff"] == 0.0
-    assert res["cpu_host_bytes"] == res["cpu_host_bytes_formula"]
-    assert res["cpu_host_layer_inputs"] == res["cpu_layers"]
-    assert res["cpu_bands_fwd_end_plain"] >= res["cpu_layers"]
-    assert res["cpu_resident_layer_inputs"] <= 4  # a few layers' inputs stay, not one per layer
-    assert res["cpu_fwd_end_activations_offload_mib"] < res["cpu_fwd_end_activations_plain_mib"] / 4
+    assert cpu["loss_abs_diff"] == 0.0 and cpu["grad_max_abs_diff"] == 0.0
+    assert cpu["host_bytes"] == cpu["host_bytes_formula"] and cpu["host_layer_inputs"] == layers
+    assert cpu["bands_fwd_end"]["plain"] >= layers
+    assert cpu["resident_layer_inputs"] <= 4  # a few layers' inputs stay, not one per layer
+    assert cpu["activations_fwd_end_mib"]["offload"] < cpu["activations_fwd_end_mib"]["plain"] / 4
     # Qwen3-4B at 96k vs the guide (59.9 / 48.8 GB, 38 bands)
-    assert res["full_peak_plain_gib"] == pytest.approx(guide.QWEN3_4B_96K.value, rel=guide.QWEN3_4B_96K.rel)
-    assert res["full_peak_offload_gib"] == pytest.approx(guide.QWEN3_4B_96K_OFFLOAD.value, rel=guide.QWEN3_4B_96K_OFFLOAD.rel)
-    assert res["full_bands_plain"] == 38 and res["full_bands_offload_fwd_end"] <= 5
-    assert res["full_host_gib"] == pytest.approx(res["full_host_formula_gib"], rel=1e-9)
-    no_off, off = res["full_peaks_gib"]
+    full = res["full"]
+    assert full["plain"]["peak_gib"] == pytest.approx(guide.QWEN3_4B_96K.value, rel=guide.QWEN3_4B_96K.rel)
+    offload_rel = guide.QWEN3_4B_96K_OFFLOAD.rel
+    assert full["offload"]["peak_gib"] == pytest.approx(guide.QWEN3_4B_96K_OFFLOAD.value, rel=offload_rel)
+    assert full["plain"]["hidden_sized_tensors"] == 38 and full["bands_offload_fwd_end"] <= 5
+    assert full["offload"]["host_gib"] == pytest.approx(full["host_formula_gib"], rel=1e-9)
+    no_off, off = full["peaks_gib"]
     assert all(b <= a for a, b in zip(no_off, off)) and off[-1] < 0.9 * no_off[-1]
     # with offload the peak sits at the end of the backward pass: the gradients there do not grow with the length,
     # and from our curve's intercept the guide's own 96k offload peak reaches its 256k
-    assert res["offload_peak_into_backward"] > 0.9 and res["offload_growth_gib"]["gradients"] == pytest.approx(0, abs=1e-9)
-    assert res["offload_intercept_gib"] > res["offload_fixed_gib"] + 5
-    lines = res["line_reach_tokens"]
+    assert full["anatomy"]["into_backward"] > 0.9 and full["growth_gib"]["gradients"] == pytest.approx(0, abs=1e-9)
+    assert full["intercept_gib"] > full["offload"]["fixed_gib"] + 5
+    lines = full["lines"]
     assert lines["guide, offload, from our curve's intercept"] == pytest.approx(guide.REACH_OFFLOAD.value, rel=0.05)
     assert lines["guide, offload, from its fixed part"] < 0.85 * guide.REACH_OFFLOAD.value
     # host memory: the guide's 8B at 1M over 8 GPUs puts its naive 288 GB of saved inputs into the node's host RAM,
@@ -166,9 +168,9 @@ def test_03_activation_offload(ran):
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"profile_layers_plain", "profile_layers_offload", "long_context_offload", "offload_time"} <= figures
     # transformers' copies run on the compute stream: all their time is added, a small share of a long step
-    with_offload = res["full_time_seconds"]["+ offload"]
-    assert with_offload - res["full_time_seconds"]["checkpointing only"] == pytest.approx(res["full_copies_seconds"], rel=0.05)
-    assert 0 < res["full_copies_share"] < 0.1
+    t = res["time"]
+    assert t["+ offload"] - t["checkpointing only"] == pytest.approx(t["copies"], rel=0.05)
+    assert 0 < t["copies"] / t["+ offload"] < 0.1
 
 
 def test_07_tiled_mlp(ran):

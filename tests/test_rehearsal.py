@@ -43,10 +43,11 @@ def test_02_yarn(rehearse):
 
 
 def test_03_activation_offload(rehearse):
-    res = rehearse("03_activation_offload").results["results"]
-    assert res["model_dtype"] == DEFAULT_DTYPE
-    assert res["cpu_loss_abs_diff"] == 0.0 and res["cpu_grad_max_abs_diff"] == 0.0
-    assert res["cpu_host_bytes"] == res["cpu_host_bytes_formula"]
+    r = rehearse("03_activation_offload")
+    res = r.results["results"]
+    assert r.results["params"]["DTYPE"] == DEFAULT_DTYPE
+    assert res["cpu"]["loss_abs_diff"] == 0.0 and res["cpu"]["grad_max_abs_diff"] == 0.0
+    assert res["cpu"]["host_bytes"] == res["cpu"]["host_bytes_formula"]
 
 
 def test_04_context_parallelism(rehearse):

@@ -74,6 +74,18 @@ def mode_for(device: str):
     return "host-pool" if device == "cpu" else True
 
 
+def pinned_bytes(profile) -> tuple[int, int]:
+    """(bytes an offloaded step holds in host memory, bytes torch's pinned-memory allocator reserves for them): its
+    CachingHostAllocator rounds every block up to a power of two, and transformers' offload moves one block per
+    checkpointed layer input."""
+    import math
+
+    inputs = profile.host_peak_bytes // profile.band_bytes
+    if inputs * profile.band_bytes != profile.host_peak_bytes:
+        raise LongctxError("The profile's host bytes are not whole layer inputs: pinned_bytes reads transformers' offload.")
+    return profile.host_peak_bytes, inputs * 2 ** math.ceil(math.log2(profile.band_bytes))
+
+
 def host_bytes_per_step(layers: int, seq_len: int, hidden: int, dtype_bytes: int, batch: int = 1) -> int:
     """What offload moves to the host in one step: one saved input per layer, `batch × seq × hidden`."""
     return layers * batch * seq_len * hidden * dtype_bytes

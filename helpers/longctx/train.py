@@ -139,14 +139,9 @@ def host_pool(trainer):
     return own.host_pool if own is not None else None
 
 
-def _own(trainer):
-    return next(cb for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool"))
-
-
-def _own_callback(offload):
-    """The callback every trainer made here carries: it times each optimizer step alone (waiting for the GPU to finish
-    its work), and holds the HostPool of offload="host-pool", whose hooks it swaps in at on_train_begin (Trainer.train()
-    enables checkpointing just before)."""
+def step_timer():
+    """A TrainerCallback that times each optimizer step alone (waiting for the GPU to finish its work): `.seconds`, and
+    `.steady()` the mean of the steps after the first, which pays for warm-up (allocator growth, kernel choices)."""
     from transformers import TrainerCallback
 
     def now():
@@ -154,12 +149,9 @@ def _own_callback(offload):
             torch.cuda.synchronize()
         return time.perf_counter()
 
-    class Longctx(TrainerCallback):  # (a class of its own per call)
-        host_pool, seconds = HostPool() if offload == "host-pool" else None, []
-
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            if self.host_pool is not None:
-                self.host_pool.install(model)
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds, self.start = [], None
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.start = now()
@@ -167,7 +159,24 @@ def _own_callback(offload):
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(now() - self.start)
 
-    return Longctx()
+        def steady(self) -> float | None:
+            return sum(self.seconds[1:]) / len(self.seconds[1:]) if len(self.seconds) > 1 else None
+
+    return StepTimer()
+
+
+def _own_callback(offload):
+    """The callback every trainer made here carries: the step timer, and the HostPool of offload="host-pool", whose
+    hooks it swaps in at on_train_begin (Trainer.train() enables checkpointing just before)."""
+    timer = step_timer()
+    pool = HostPool() if offload == "host-pool" else None
+
+    def on_train_begin(args, state, control, model=None, **kwargs):
+        if pool is not None:
+            pool.install(model)
+
+    timer.host_pool, timer.on_train_begin = pool, on_train_begin
+    return timer
 
 
 def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs) -> TrainResult:
@@ -175,7 +184,8 @@ def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs)
     trainer = make_trainer(model, train_dataset, cfg, callbacks=callbacks, **kwargs)
     start = time.perf_counter()
     out = trainer.train()
-    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=_own(trainer).seconds)
+    own = next(cb for cb in trainer.callback_handler.callbacks if hasattr(cb, "host_pool"))
+    return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=own.seconds)
 
 
 def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:

@@ -391,6 +391,12 @@ def _attention_masks(net) -> dict:
     return seen
 
 
+def line_reach(capacity_gib: float, intercept_gib: float, peak_gib: float, tokens: int) -> float:
+    """Where a straight line through (0 tokens, `intercept_gib`) and (`tokens`, `peak_gib`) meets `capacity_gib`: a
+    reach read off one profile, as the lessons read the guide's."""
+    return tokens * (capacity_gib - intercept_gib) / (peak_gib - intercept_gib)
+
+
 def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None, **levers) -> dict:
     """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`: secant steps from 32 and 96
     multiples (the peak is nearly linear in length), then bisection between the last fit and the first miss. `known`:
