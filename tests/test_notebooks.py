@@ -176,23 +176,25 @@ def test_03_activation_offload(ran):
 def test_07_tiled_mlp(ran):
     r = ran("07_tiled_mlp")
     res = r.results["results"]
+    m, full = res["measured"], res["full"]
     # measured: tiling lowers the peak where the MLP sets it, with the same loss and gradients to float rounding
-    tiled = res["cpu_peak_tiled_mib"]
-    assert min(tiled.values()) < res["cpu_peak_untiled_mib"]
-    assert res["cpu_loss_abs_diff"] < 1e-4 and res["cpu_grad_abs_diff"] < 1e-3
-    untiled, best = res["cpu_peaks_mib"]
+    assert min(t["peak_bytes"] for t in m["tiled"].values()) < m["untiled"]["peak_bytes"]
+    assert m["loss_abs_diff"] < 1e-4 and m["grad_abs_diff"] < 1e-3
+    untiled, best = m["cpu_peaks_mib"]
     assert all(b <= a * 1.001 for a, b in zip(untiled, best)) and best[-1] < untiled[-1]
     # full size: the guide's levers, then TiledMLP, lower at every length
-    assert res["full_peak_tiled_gib"] < res["full_peak_guide_levers_gib"]
-    plain, with_tiles = res["full_peaks_gib"]
+    assert full["tiled"]["peak_gib"] < full["guide_levers"]["peak_gib"]
+    plain, with_tiles = full["peaks_gib"]
     assert all(b < a for a, b in zip(plain, with_tiles))
     # the attention kernel: eager keeps the scores, SDPA does not; checkpointing fewer layers keeps more
-    assert res["attn_peak_mib"]["eager"] > res["attn_peak_mib"]["sdpa"]
-    every = res["every_n_layers_peak_mib"]
+    knobs = res["knobs"]
+    assert knobs["attn_peak_mib"]["eager"] > knobs["attn_peak_mib"]["sdpa"]
+    every = knobs["every_n_layers_peak_mib"]
     assert every["1"] <= every["2"] <= every["0"] and every["1"] < every["0"]
     # in time: the tiled MLP adds a forward, selective checkpointing and every_n_layers take recomputation away
-    change = res["time_change_s"]
+    change = res["time"]["change_s"]
     assert change["+ TiledMLP"] > 0 > change["selective checkpointing"] and change["every_n_layers=2"] < 0
+    assert set(res["seconds_per_step"]) == {"untiled", "tiled"}
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"tiled_mlp_cpu_profile_plain", "tiled_mlp_cpu_profile_tiled", "tiled_mlp_full_scaling"} <= figures
 

@@ -67,3 +67,12 @@ def test_05_trainium_padding(rehearse):
 def test_06_one_million_tokens(rehearse):
     res = rehearse("06_one_million_tokens").results["results"]
     assert res["first_peak_gib"] > 0 and res["second_peak_gib"] > 0
+
+
+def test_07_tiled_mlp(rehearse):
+    r = rehearse("07_tiled_mlp")
+    res = r.results["results"]
+    assert r.results["params"]["DTYPE"] == DEFAULT_DTYPE and r.results["params"]["MODEL"] == str(data_dir() / "yarn-base")
+    # bf16, the hub-format model: tiling leaves the loss and lowers or keeps the peak
+    m = res["measured"]
+    assert m["loss_abs_diff"] < 1e-2 and min(t["peak_bytes"] for t in m["tiled"].values()) <= m["untiled"]["peak_bytes"]
