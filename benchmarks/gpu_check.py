@@ -406,12 +406,13 @@ def _dotted(results: dict, key: str):
 
 KEY_RESULTS = {  # what the report quotes from each notebook's results.json ("a.b": a nested value)
     "00_memory_primer": (
-        "model_dtype",
-        "model_device",
-        "full_exact",
-        "lora_exact",
-        "step_peak_mib",
-        "best_checkpoint_weight_diff",
+        "full.dtype",
+        "full.device",
+        "full.exact",
+        "lora.exact",
+        "full.peak_mib",
+        "trl_load_dtype",
+        "overfit.best_checkpoint_weight_diff",
     ),
     "01_chunked_loss": (
         "model_dtype",

@@ -73,3 +73,14 @@ def test_the_wheels_carried_are_the_closure_of_what_the_machine_lacks():
     missed |= {"referencing", "rpds-py", "tenacity", "matplotlib-inline", "stack-data", "executing", "asttokens", "pure-eval"}
     assert missed <= set(carry)
     assert not set(carry) & {n for n, v in image.items() if n in walk["image"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["00_memory_primer", "01_chunked_loss", "03_activation_offload"])
+def test_the_report_quotes_results_each_notebook_writes(executed, name):
+    """Each key the GPU report quotes is one the notebook records (at the ci size; the gpu size runs the same
+    cells), so a renamed result shows up here and not as a column of dashes on a lent GPU."""
+    gpu_check = _load("gpu_check")
+    results = executed(name, "ci").results["results"]
+    missing = [k for k in gpu_check.KEY_RESULTS[name] if gpu_check._dotted(results, k) is None]
+    assert not missing and set(gpu_check.KEY_RESULTS) == {"00_memory_primer", "01_chunked_loss", "03_activation_offload"}

@@ -51,47 +51,57 @@ def ran(executed):
 
 def test_00_memory_primer(ran):
     r = ran("00_memory_primer")
-    res = r.results["results"]
+    res, p = r.results["results"], r.results["params"]
     assert r.results["versions"]["torch"].startswith("2.13.0")
-    # the calculator and the measured step agree to the byte
-    assert res["full_exact"] and res["lora_exact"]
-    assert res["full_measured_bytes"] == res["full_calculated_bytes"]
-    assert res["lora_measured_bytes"]["gradients"] < res["full_measured_bytes"]["gradients"] / 10
+    # the calculator and the measured step agree to the byte, full and LoRA; fp32 weights: 16 bytes a parameter
+    for what in ("full", "lora"):
+        assert res[what]["exact"] and res[what]["calculated"] == res[what]["measured"], what
+    assert res["lora"]["measured"]["gradients"] < res["full"]["measured"]["gradients"] / 10
+    full = res["full"]["calculated"]
+    assert full["optimizer"] > 2 * full["parameters"] == 2 * full["gradients"]
+    # the one optimizer story: 16, 12 and 8 bytes a parameter; the guide's 7B figures are the middle one's
+    assert [res["seven_b_gb"][k] for k in ("full, fp32", "full", "full, bf16")] == [112, 84, 56]
     for name, figure in guide.PRIMER_7B.items():
         assert res["seven_b_gb"][name] == pytest.approx(figure.value, rel=figure.rel), name
+    # the installed trl loads a model named by id in fp32 unless model_init_kwargs says otherwise
+    assert res["trl_load_dtype"] == {"trl's default": "float32", "model_init_kwargs": "bfloat16"}
+    # pure bf16 loses most small updates; fp32 keeps them all
+    assert res["bf16_update_moved"]["float32"] == 1.0 and res["bf16_update_moved"]["bfloat16"] < 0.5
     # accumulation: same gradient within fp32 rounding; forgetting the division multiplies it by the steps
-    assert res["accumulation_max_abs_diff"] <= 1e-6
-    assert res["accumulation_undivided_ratio"] == pytest.approx(r.results["params"]["ACCUM_STEPS"], rel=1e-5)
+    assert res["accumulation"]["max_abs_diff"] <= 1e-6
+    assert res["accumulation"]["undivided_ratio"] == pytest.approx(p["ACCUM_STEPS"], rel=1e-5)
     assert res["bf16_param_ratio"] == 0.5
     assert res["checkpointing_activation_ratio"] < 1
-    # the model held after training is the best checkpoint
-    assert res["best_eval_loss"] == pytest.approx(min(res["eval_losses"]), abs=1e-7)
-    assert res["reevaluated_loss"] == pytest.approx(res["best_eval_loss"], abs=1e-5)
-    assert res["best_checkpoint_weight_diff"] == 0.0
+    # the model held after training is the best checkpoint, and re-evaluating it added no row to the log
+    overfit = res["overfit"]
+    assert overfit["best_eval_loss"] == pytest.approx(min(overfit["eval_losses"]), abs=1e-7)
+    assert overfit["reevaluated_loss"] == pytest.approx(overfit["best_eval_loss"], abs=1e-5)
+    assert overfit["best_checkpoint_weight_diff"] == 0.0
+    assert overfit["eval_rows_in_log"] == len(overfit["eval_steps"]) == p["OVERFIT_STEPS"] // p["EVAL_EVERY"]
     # save_total_limit: the best checkpoint and the latest stay, not one per evaluation (~29 GB at the gpu size)
     kept = list(r.out.glob("runs/overfit-lr*/checkpoint-*"))
-    assert 1 <= len(kept) <= 2 < len(res["eval_steps"])
+    assert 1 <= len(kept) <= 2 < len(overfit["eval_steps"])
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"primer_budget_7b", "primer_step_profile", "primer_train_eval", "primer_example_lengths"} <= figures
     # the step's spikes: TRL's fused-head buffer, min(N, 4096) x 32768 in the fp32 compute dtype, once in each pass
-    p = r.results["params"]
-    assert res["head_buffer_bytes"] == min(p["BATCH"] * (p["SEQ_LEN"] - 1), 4096) * 32768 * 4
-    assert res["largest_forward_alloc_bytes"] == res["head_buffer_bytes"]
-    assert res["head_buffer_found"] == {"forward": 1, "backward": 1}
+    assert res["head_buffer"]["bytes"] == min(p["BATCH"] * (p["SEQ_LEN"] - 1), 4096) * 32768 * 4
+    assert res["head_buffer"]["largest_forward"] == res["head_buffer"]["bytes"]
+    assert res["head_buffer"]["found"] == {"forward": 1, "backward": 1}
     # LoRA takes most of the fixed part away, a smaller share of the activations
-    assert res["lora_over_full_fixed"] < 0.5 < res["lora_over_full_activations"] <= 1
+    assert res["lora_over_full"]["fixed"] < 0.5 < res["lora_over_full"]["activations"] <= 1
     # bf16 activations: less than fp32's, more than half (RMSNorm's fp32 copies); checkpointing recomputes matmuls
     assert 0.5 < res["bf16_activation_ratio"] < 1
-    assert res["checkpointing_flop_ratio"] > 1 and len(res["checkpointing_seconds"]["plain"]) == 5
+    assert res["checkpointing"]["flop_ratio"] > 1 and len(res["checkpointing"]["seconds"]["plain"]) == 5
     # max_length from the data: the books are far longer than the default truncation keeps
     assert res["tokens_kept_if_truncated"]["1024"] < 0.1 and res["max_length_whole_9_in_10"] % 1024 == 0
-    assert res["max_length_whole_9_in_10"] >= res["book_tokens_percentiles"]["90"] > res["book_tokens_percentiles"]["50"]
+    assert res["max_length_whole_9_in_10"] >= res["book_tokens"]["90"] > res["book_tokens"]["50"]
     # the overfitting run's config and a sample from its best checkpoint
-    assert res["overfit_epochs"] == pytest.approx(p["OVERFIT_STEPS"] * 8 / p["OVERFIT_TRAIN_SEQS"])
-    assert "save_total_limit=1" in res["overfit_sft_config"] and "load_best_model_at_end=True" in res["overfit_sft_config"]
-    assert isinstance(res["best_sample"], str) and res["best_sample"]
-    # exercise 3's solution: 12 bytes per weight for full fine-tuning (bf16 weight and gradient, two fp32 moments)
-    assert res["exercise_3_solution"]["full bytes"] == 12 * res["exercise_3_params"]
+    config = overfit["config"]["values"]
+    assert overfit["epochs"] == pytest.approx(p["OVERFIT_STEPS"] * 8 / p["OVERFIT_TRAIN_SEQS"])
+    assert config["save_total_limit"] == 1 and config["load_best_model_at_end"] is True
+    assert isinstance(overfit["sample"], str) and overfit["sample"]
+    # exercise 3's solution: 8 bytes per weight for full fine-tuning in pure bf16
+    assert res["exercise_3"]["solution"]["full bytes"] == 8 * res["exercise_3"]["params"]
 
 
 def test_01_chunked_loss(ran):
@@ -262,37 +272,42 @@ def test_02_yarn(ran):
     from math import log
 
     res = ran("02_yarn").results["results"]
+    curve = res["per_token"]
     # direction of the effect at the ci size: past the trained range plain rises more than YaRN
-    plain_rise = res["plain_last"] - res["plain_in_range"]
-    yarn_rise = res["yarn_last"] - res["yarn_in_range"]
+    plain_rise = curve["plain"]["last"] - curve["plain"]["in_range"]
+    yarn_rise = curve["yarn"]["last"] - curve["yarn"]["in_range"]
     assert plain_rise > yarn_rise + 0.1
-    assert res["diff_last"] < 0  # YaRN predicts better at the end of the long sequence
-    assert 0 < res["yarn_cost_in_range"] < 0.5  # and pays a small price inside the trained range
-    assert res["ft_first_loss_plain"] > res["ft_first_loss_yarn"]
-    # the trainer's first logged loss is the untouched model's loss on that batch, scored window by window
-    assert res["ft_window_loss_plain"] == pytest.approx(res["ft_first_loss_plain"], abs=1e-3)
-    assert res["ft_window_loss_yarn"] == pytest.approx(res["ft_first_loss_yarn"], abs=1e-3)
-    assert res["ft_window_gap_se"] is not None and res["ft_window_gap_se"] > 0  # ci scores two windows
+    assert curve["diff"]["last"] < 0  # YaRN predicts better at the end of the long sequence
+    assert 0 < res["yarn_cost_in_range"]["yarn"] < 0.5  # and pays a small price inside the trained range
+    # the trainer loaded each model itself (model_init_kwargs); its first logged loss is the untouched model's loss
+    # on that batch, scored window by window
+    ft = res["fine_tune"]
+    assert ft["first_loss"]["plain"] > ft["first_loss"]["yarn"]
+    for name in ("plain", "yarn"):
+        assert ft["window_loss"][name] == pytest.approx(ft["first_loss"][name], abs=1e-3), name
+    assert ft["window_gap_se"] is not None and ft["window_gap_se"] > 0  # ci scores two windows
+    assert ft["first_num_tokens"] == 2 * res["wanted_length"]  # FT_WINDOWS x the length, TRL's count
     # beta_fast sized to the 128-token range keeps Qwen3-4B's share of pairs untouched and costs less in range
     reference = next(v for k, v in res["pair_splits"].items() if k.startswith("Qwen3-4B"))
     matched = next(v for k, v in res["pair_splits"].items() if k.endswith(f"beta_fast {res['beta_fast']:g}"))
     assert res["beta_fast"] < rope.DEFAULT_BETA_FAST and abs(matched["kept"] - reference["kept"]) <= 1 / 16
-    assert res["yarn_cost_in_range"] < res["yarn_cost_in_range_default_betas"]
+    assert res["yarn_cost_in_range"]["yarn"] < res["yarn_cost_in_range"]["yarn, beta_fast 32"]
     assert res["wanted_length"] == res["multiple"] * res["trained_length"]
-    # the recap's gap is the per-token curves' (paired, so it is minus their mean difference)
-    assert res["gap_last"] == pytest.approx(res["plain_last"] - res["yarn_last"]) == pytest.approx(-res["diff_last"])
+    # the gap beside the guide's is the per-token curves' (paired, so it is minus their mean difference)
+    assert curve["gap_last"] == pytest.approx(curve["plain"]["last"] - curve["yarn"]["last"])
+    assert curve["gap_last"] == pytest.approx(-curve["diff"]["last"])
     assert res["scan_closest_call"] >= 0
     # the one-line picture, from Qwen3-4B's own rotary module: the slow pairs see position / factor, the fast ones it
-    position, factor = res["qwen3_position"], res["qwen3_factor"]
-    assert res["qwen3_looks_like_fastest"] == pytest.approx(position)
-    assert res["qwen3_looks_like_slowest"] == pytest.approx(position / factor)
-    assert res["qwen3_pairs_untouched"] > 0 and res["qwen3_pairs_divided"] > 0
-    assert res["qwen3_attention_scaling"] == pytest.approx(0.1 * log(factor) + 1)  # transformers' get_mscale
-    # the Qwen3-4B snippet is read by transformers without a warning; TRL's example is rebuilt by rope.with_yarn
-    rope_parameters = res["qwen3_model_init_kwargs"]["rope_parameters"]
-    assert rope_parameters["original_max_position_embeddings"] == rope.QWEN3_TRAINED_LENGTH
-    assert rope_parameters["factor"] == factor and res["qwen3_rope_warnings"] == [] and res["example_rebuilt"]
-    assert res["distance_only"] and res["ratio_is_pair_scaling"]
+    qwen3 = res["qwen3"]
+    assert qwen3["looks_like_fastest"] == pytest.approx(qwen3["position"])
+    assert qwen3["looks_like_slowest"] == pytest.approx(qwen3["position"] / qwen3["factor"])
+    assert qwen3["pairs_untouched"] > 0 and qwen3["pairs_divided"] > 0
+    assert qwen3["attention_scaling"] == pytest.approx(0.1 * log(qwen3["factor"]) + 1)  # transformers' get_mscale
+    # the recipe's config is read by transformers without a warning; TRL's example is rebuilt by rope.with_yarn
+    init = res["recipe"]["SFTConfig"]["values"]["model_init_kwargs"]
+    assert init["rope_parameters"]["original_max_position_embeddings"] == rope.QWEN3_TRAINED_LENGTH
+    assert init["rope_parameters"]["factor"] == qwen3["factor"] and init["dtype"] == "bfloat16"
+    assert res["qwen3_rope_warnings"] == [] and res["example_rebuilt"]
     assert res["exercise_3_passed"]  # the solution the exercise shows passes its own check
 
 

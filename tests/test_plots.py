@@ -84,3 +84,24 @@ def test_a_timeline_names_its_bands_for_what_they_count_and_its_capacity_in_its_
     assert "sequence × hidden activations (up to 3 at once)" in labels
     assert "device capacity 79.65 GiB" in labels
     assert not any("layer inputs" in label for label in labels)
+
+
+def test_the_per_token_curves_keep_their_legend_and_the_trained_mark_off_the_curves():
+    """Lesson 02's figures: the legend sits beside the axes (it hid the unigram line and the curves' ends), and the
+    end of the trained range is a legend entry, not text written over the curves."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from longctx import plots
+
+    curve = np.linspace(4, 6, 512)
+    for ax in (
+        plots.loss_along_sequence({"plain": curve, "yarn": curve - 0.2}, 128, unigram=5.5, window=8),
+        plots.difference_along_sequence(-0.2 * np.ones(512), 128, window=8, label="YaRN − plain loss"),
+    ):
+        legend = ax.get_legend()
+        ax.figure.canvas.draw()
+        inside = ax.get_window_extent().overlaps(legend.get_window_extent())
+        labels = [t.get_text() for t in legend.get_texts()]
+        plt.close(ax.figure)
+        assert not inside and "trained range ends (128)" in labels and not ax.texts

@@ -18,11 +18,15 @@ def test_00_memory_primer(rehearse):
     r = rehearse("00_memory_primer")
     res = r.results["results"]
     assert r.results["params"]["MODEL"] == str(data_dir() / "yarn-base")
-    assert res["model_dtype"] == DEFAULT_DTYPE
-    # pure bf16: the calculator (weights, gradients, AdamW moments in bf16) still matches to the byte
-    assert res["full_exact"] and res["lora_exact"]
+    assert res["full"]["dtype"] == DEFAULT_DTYPE
+    # pure bf16: the calculator (weights, gradients, AdamW moments in bf16) still matches to the byte, 8 B a weight
+    assert res["full"]["exact"] and res["lora"]["exact"]
+    full = res["full"]["measured"]
+    assert full["parameters"] == full["gradients"] and full["optimizer"] < 2.01 * full["parameters"]
     assert res["bf16_param_ratio"] == 0.5
-    assert res["best_checkpoint_weight_diff"] == 0.0
+    # trl loads the model folder by name in fp32 unless model_init_kwargs asks for bf16
+    assert res["trl_load_dtype"] == {"trl's default": "float32", "model_init_kwargs": "bfloat16"}
+    assert res["overfit"]["best_checkpoint_weight_diff"] == 0.0
 
 
 def test_01_chunked_loss(rehearse):
@@ -37,9 +41,11 @@ def test_02_yarn(rehearse):
     res = rehearse("02_yarn").results["results"]
     assert res["model_dtype"] == DEFAULT_DTYPE
     assert res["dataset"] == str(data_dir() / "corpus-parquet")
-    # the trainer's first logged loss is the untouched model's loss on the batch, scored again window by window
-    assert res["ft_first_loss_plain"] == pytest.approx(res["ft_window_loss_plain"], abs=1e-3)
-    assert res["ft_first_loss_yarn"] == pytest.approx(res["ft_window_loss_yarn"], abs=1e-3)
+    # the trainer's first logged loss (the model loaded by SFTTrainer from its folder, in bf16 through
+    # model_init_kwargs) is the untouched model's loss on the batch, scored again window by window
+    ft = res["fine_tune"]
+    for name in ("plain", "yarn"):
+        assert ft["first_loss"][name] == pytest.approx(ft["window_loss"][name], abs=1e-3), name
 
 
 def test_03_activation_offload(rehearse):

@@ -210,7 +210,7 @@ def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, un
     if unigram is not None:
         ax.axhline(unigram, color="grey", ls="--", lw=1, label=f"unigram entropy {unigram:.2f}")
     ax.set(xlabel="position in the sequence", ylabel="loss (nats per token)", title=title)
-    ax.legend(fontsize=7)
+    _legend_beside(ax)
 
 
 @styled
@@ -218,10 +218,11 @@ def difference_along_sequence(diff: np.ndarray, trained: int, ax=None, window: i
     """A paired per-position difference (smoothed) around zero, the trained range marked."""
     from longctx.curves import smooth
 
-    ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4)
+    ax.plot(np.arange(1, len(diff) + 1), smooth(diff, window), color="k", lw=1.4, label=f"{label} (smoothed)")
     ax.axhline(0, color="grey", lw=0.8)
     _trained_mark(ax, trained)
     ax.set(xlabel="position in the sequence", ylabel=f"{label} (nats, smoothed)")
+    _legend_beside(ax)
 
 
 @styled
@@ -238,9 +239,12 @@ def yarn_pairs(rows: dict[str, tuple[np.ndarray, np.ndarray, float]], ax=None, t
 
 
 def _trained_mark(ax, trained: int) -> None:
-    ax.axvline(trained, color="k", ls=":", lw=1)
-    at = (trained, 1)
-    ax.annotate("trained range ends", at, xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right", fontsize=7)
+    ax.axvline(trained, color="k", ls=":", lw=1, label=f"trained range ends ({trained:,})")
+
+
+def _legend_beside(ax) -> None:
+    """The legend right of the axes, where it hides no curve (the figure is saved tight around it)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
 
 
 # the time model's parts of a step (memory/timing.PARTS), in stacking order

@@ -155,6 +155,8 @@ def _json(value):
         return value
     if isinstance(value, (list, tuple)):
         return [_json(v) for v in value]
+    if isinstance(value, (set, frozenset)):  # peft keeps target_modules as a set: recorded sorted
+        return sorted(_json(v) for v in value)
     if isinstance(value, dict):
         return {str(k): _json(v) for k, v in value.items()}
     return repr(value)

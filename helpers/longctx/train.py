@@ -28,10 +28,10 @@ _FIXED = dict(report_to="none", dataloader_pin_memory=False, disable_tqdm=False,
 def on_this_machine(target: str | None = None) -> dict:
     """The SFTConfig settings that depend on where a lesson runs, kept apart from the recipe a reader copies: on a CPU
     `use_cpu=True` and fp32 (trl's configs default to bf16, which a CPU refuses), on a GPU bf16; and the lessons' own
-    quiet (no reporting service, no progress bar, no checkpoint folders, no pinned memory where there is no GPU)."""
+    quiet (no reporting service, no progress bar, no pinned memory where there is no GPU)."""
     target = target or device()
     here = {"bf16": target == "cuda" and _cuda_bf16(), "use_cpu": target == "cpu"}
-    return here | {"report_to": "none", "disable_tqdm": True, "save_strategy": "no", "dataloader_pin_memory": target != "cpu"}
+    return here | {"report_to": "none", "disable_tqdm": True, "dataloader_pin_memory": target != "cpu"}
 
 
 @dataclass
@@ -188,7 +188,9 @@ def run_sft(model, train_dataset, cfg: TrainConfig, *, callbacks=None, **kwargs)
     return result_of(trainer, time.perf_counter() - start, out.global_step, cfg, step_seconds=own.seconds)
 
 
-def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_seconds=()) -> TrainResult:
+def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig | None = None, step_seconds=()) -> TrainResult:
+    """The curves and timings of a finished `trainer.train()`, from the trainer's log (`cfg`: the TrainConfig it was
+    built from, when a helper built it)."""
     history = trainer.state.log_history
     train_rows = [r for r in history if "loss" in r and "eval_loss" not in r]
     eval_rows, best = [r for r in history if "eval_loss" in r], trainer.state.best_metric
@@ -201,7 +203,7 @@ def result_of(trainer, seconds: float, global_step: int, cfg: TrainConfig, step_
         seconds_per_step=seconds / max(global_step, 1),
         best_checkpoint=trainer.state.best_model_checkpoint,
         best_eval_loss=None if best is None or math.isnan(best) else float(best),
-        config=asdict(cfg),
+        config=asdict(cfg) if cfg is not None else {},
         step_seconds=list(step_seconds),
         num_tokens=[int(r["num_tokens"]) for r in train_rows if "num_tokens" in r],
     )
