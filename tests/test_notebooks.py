@@ -233,8 +233,14 @@ def test_04_context_parallelism(ran):
         assert res["cp"][n]["loss_abs_diff"] <= 1e-5
         assert res["cp"][n]["grad_max_abs_diff"] <= 1e-4
         assert res["cp"][n]["activations_ratio"] <= limit
-    # the full-length config it prints says what scripts/context_parallel_8gpu.yaml says; ZeRO-3 holds least per rank
+    # the refusals shown are the libraries' own: accelerate's constructor, and TRL's raised inside a real 2-rank launch
+    assert "mutually exclusive" in res["upstream_refusals"]["accelerate"]
+    assert res["upstream_refusals"]["trl"].startswith("ValueError: Packing is not compatible with context parallelism")
+    # the full-length config it builds says what scripts/context_parallel_8gpu.yaml says; ZeRO-3 holds least per rank
     assert res["cp_yaml_agrees"] is True
+    assert res["recipe"]["ParallelismConfig"]["values"]["cp_size"] == 8
+    ulysses = res["recipe"]["SP"]["values"]  # the GPU Ulysses config: ZeRO-3, clipping raised by sp_size
+    assert ulysses["deepspeed"]["zero_optimization"]["stage"] == 3 and ulysses["max_grad_norm"] == 8.0
     zero = res["zero_gib_per_rank"]
     assert zero["3"] < zero["2"] < zero["1"]
     # the time model against the guide's three step times at 131k (held out of its fit): within 15%, each doubling

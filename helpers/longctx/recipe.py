@@ -199,6 +199,8 @@ def drift(written_call: dict, ran_call: dict) -> list[str]:
         if called and isinstance(values.get(key), dict) and value.keys() == values[key].keys():
             name = next(iter(value))
             problems += [f"{key}.{p}" for p in drift(value[name], values[key][name])]
+        elif isinstance(value, dict) and isinstance(values.get(key), dict):  # a plain dict: the keys written
+            problems += [f"{key}.{p}" for p in drift(value, {"values": values[key], "changed": []})]
         elif values.get(key, "(no such argument)") != value:
             problems.append(f"{key}: written {value!r}, ran {values.get(key, '(no such argument)')!r}")
     levers = {k for lever in LEVERS.values() for k in lever} - set(SIZES)

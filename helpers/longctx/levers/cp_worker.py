@@ -118,7 +118,16 @@ def main(spec_path: str) -> None:
             most = prof.max_by_category()
             record.update(peak_bytes=prof.peak_bytes, max_by_category=most, activations_peak_bytes=most["activations"])
 
-    trainer = SFTTrainer(model=model, args=sft_call(spec, world).build(), train_dataset=dataset, processing_class=tok)
+    if spec.get("args"):  # the function a lesson wrote, shipped by value
+        import dill
+
+        from longctx.levers.parallel import check_args
+
+        args = dill.loads(Path(spec["args"]).read_bytes())(world)
+        check_args(args, mode, world)
+    else:
+        args = sft_call(spec, world).build()
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok)
     trainer.add_callback(Measure())
     quiet.no_log_printing(trainer)
     with in_step:

@@ -5,6 +5,7 @@ through torchrun (gloo on CPUs, NCCL on GPUs), refusing before any starts, faili
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,15 @@ from longctx.errors import LongctxError, check_choice
 from longctx.shapes import attention_kinds, check_plan, padded_length  # noqa: F401  (the lesson reads them here)
 
 MODES = ("single", "cp", "sp")
+_RAISED = re.compile(r"\[rank\d+\]: ((?:\w+\.)*\w*(?:Error|Exception)\b.*)")
+
+
+class RunFailed(LongctxError):
+    """A launch whose ranks failed; `raised` is the first exception a rank reported (None when none did)."""
+
+    def __init__(self, message: str, raised: str | None = None):
+        super().__init__(message)
+        self.raised = raised
 
 
 def deepspeed_available() -> bool:
@@ -49,13 +59,19 @@ class ParallelRun:
         return torch.load(self.out / "grads.pt", map_location="cpu")  # never onto the notebook's GPU
 
 
-def launch(mode, nprocs, *, model, seq_len, out, seed=0, checkpointing=False, timeout=1800, progress=True, dtype="fp32"):
+def launch(
+    mode, nprocs, *, model, seq_len, out, args=None, seed=0, checkpointing=False, timeout=1800, progress=True, dtype="fp32"
+):
     """A ParallelRun: one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs`
-    processes of this machine's device, all stopped after `timeout` seconds."""
+    processes of this machine's device, all stopped after `timeout` seconds. `args`: a function of the world size that
+    returns the SFTConfig every rank trains with (a lesson writes it; it travels to the ranks by value, through dill);
+    without it, cp_worker.sft_call's config (`checkpointing` as given)."""
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:
         raise LongctxError("mode='single' runs one process (nprocs=1).")
+    if args is not None and not callable(args):
+        raise LongctxError("args: a function of the world size that returns each rank's SFTConfig, e.g. rank_args.")
     check_plan(models.config(model), seq_len, cp_size=nprocs if mode == "cp" else 1, sp_size=nprocs if mode == "sp" else 1)
     if mode == "sp" and not deepspeed_available():
         raise LongctxError(
@@ -72,6 +88,11 @@ def launch(mode, nprocs, *, model, seq_len, out, seed=0, checkpointing=False, ti
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     spec = dict(mode=mode, device=device, model=model, seq_len=seq_len, seed=seed, checkpointing=checkpointing, dtype=dtype)
+    if args is not None:
+        import dill
+
+        (out / "args.dill").write_bytes(dill.dumps(args, recurse=True))
+        spec["args"] = str(out / "args.dill")
     (out / "spec.json").write_text(json.dumps(spec | {"out": str(out)}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}"]
     cmd += ["-m", "longctx.levers.cp_worker", str(out / "spec.json")]
@@ -93,9 +114,29 @@ def launch(mode, nprocs, *, model, seq_len, out, seed=0, checkpointing=False, ti
             raise
     files = [out / f"rank{r}.json" for r in range(nprocs)]
     if proc.returncode != 0 or not all(f.exists() for f in files):
-        tail = "\n".join(log.read_text().splitlines()[-25:])
-        raise LongctxError(f"{mode} run over {nprocs} processes failed (exit code {proc.returncode}); log {log}:\n{tail}")
+        lines = log.read_text().splitlines()
+        # what a rank raised, as torch's elastic launcher prefixes it ("[rank0]: ValueError: ..."), before its report
+        raised = next((m.group(1) for m in map(_RAISED.match, lines) if m), None)
+        raise RunFailed(
+            f"{mode} run over {nprocs} processes failed (exit code {proc.returncode})"
+            + (f": {raised}" if raised else "")
+            + f"\nlog {log}, its last lines:\n" + "\n".join(lines[-25:]),
+            raised=raised,
+        )
     return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, time.perf_counter() - start)
+
+
+def check_args(built, mode: str, nprocs: int) -> None:
+    """The config a lesson's `args` built (in each rank: a DeepSpeed config needs the rank's own process group) splits
+    the sequence as `mode` says, over `nprocs` ranks."""
+    pc = getattr(built, "parallelism_config", None)
+    sizes = {"cp": getattr(pc, "cp_size", 1), "sp": getattr(pc, "sp_size", 1)}
+    wanted = {"single": {"cp": 1, "sp": 1}, "cp": {"cp": nprocs, "sp": 1}, "sp": {"cp": 1, "sp": nprocs}}[mode]
+    if sizes != wanted:
+        raise LongctxError(
+            f"A {mode} run over {nprocs} process(es) needs a config with cp_size={wanted['cp']} and sp_size={wanted['sp']}; "
+            f"the `args` function built cp_size={sizes['cp']}, sp_size={sizes['sp']} for a world of {nprocs}."
+        )
 
 
 def compare(reference: ParallelRun, other: ParallelRun) -> dict:
