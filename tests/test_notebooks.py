@@ -239,8 +239,8 @@ def test_04_context_parallelism(ran):
     # the full-length config it builds says what scripts/context_parallel_8gpu.yaml says; ZeRO-3 holds least per rank
     assert res["cp_yaml_agrees"] is True
     assert res["recipe"]["ParallelismConfig"]["values"]["cp_size"] == 8
-    ulysses = res["recipe"]["SP"]["values"]  # the GPU Ulysses config: ZeRO-3, clipping raised by sp_size
-    assert ulysses["deepspeed"]["zero_optimization"]["stage"] == 3 and ulysses["max_grad_norm"] == 8.0
+    ulysses = res["recipe"]["SP"]["values"]  # the GPU Ulysses config: ZeRO-3, as TRL's example
+    assert ulysses["deepspeed"]["zero_optimization"]["stage"] == 3
     zero = res["zero_gib_per_rank"]
     assert zero["3"] < zero["2"] < zero["1"]
     # the time model against the guide's three step times at 131k (held out of its fit): within 15%, each doubling
