@@ -11,7 +11,9 @@ Run: .venv/bin/python benchmarks/compile_backends.py [--steps 8] [--pad 64]
 import argparse
 import tempfile
 
-from longctx import data, models
+from trl import SFTConfig, SFTTrainer
+
+from longctx import data, models, train
 from longctx.levers import compiling
 
 
@@ -25,16 +27,21 @@ def main() -> None:
     rows = {}
     for backend in ("aot_eager", "inductor"):
         with tempfile.TemporaryDirectory() as out:
-            run = compiling.compiled_sft(
-                models.load(args.model, seed=0),
-                ds,
-                pad_to_multiple_of=args.pad,
-                steps=args.steps,
-                backend=backend,
-                max_length=512,
+            config = SFTConfig(
                 output_dir=out,
-                processing_class=data.tokenizer(),
+                per_device_train_batch_size=4,
+                max_length=512,
+                max_steps=args.steps,
+                pad_to_multiple_of=args.pad,
+                torch_compile=True,
+                torch_compile_backend=backend,
+                activation_checkpointing=False,
+                save_strategy="no",
+                **train.on_this_machine(),
             )
+            model = models.load(args.model, seed=0)
+            trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=data.tokenizer())
+            run = compiling.compiled_run(trainer)
         shapes = len(run.census.distinct)
         rows[backend] = (shapes, run.counter.count, run.counter.seconds, run.counter.seconds / shapes, run.seconds)
     print(f"{'backend':10s} {'shapes':>6s} {'compiles':>8s} {'compile s':>9s} {'s/shape':>8s} {'run s':>7s}")

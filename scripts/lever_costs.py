@@ -1,6 +1,6 @@
 """What each lever costs in time, from the time model (longctx/memory/timing.py), for the README's table of levers:
 one reference step (the guide's Qwen3-4B profile: 98,304 tokens, bf16, on an H100) with and without each lever.
-tests/test_readme.py holds the README's numbers to what this prints.
+tests/test_timing.py holds the README's numbers to what this prints.
 
     .venv/bin/python scripts/lever_costs.py
 """

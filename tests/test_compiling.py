@@ -75,3 +75,15 @@ def test_compile_structure_from_a_probe_and_its_refusal():
     assert structure.predict(padding.Census([(4, 64), (4, 96), (4, 64)])) == 3 + 2 * 2
     with pytest.raises(LongctxError, match="2 different batch shapes; it ran 2 steps on 1 shape"):
         compiling.compile_structure(probe([(4, 96), (4, 96)], [5, 0]))
+
+
+def test_compiled_run_refuses_a_trainer_that_does_not_compile(tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    from longctx import train
+
+    args = SFTConfig(output_dir=str(tmp_path), max_steps=1, **train.on_this_machine())
+    ds, tok = data.long_sequences(32, 4), data.tokenizer()
+    trainer = SFTTrainer(model=models.load("tiny"), args=args, train_dataset=ds, processing_class=tok)
+    with pytest.raises(LongctxError, match="torch_compile=True"):
+        compiling.compiled_run(trainer)

@@ -1,113 +1,107 @@
-"""The snippets the lessons print ("In your own script") build the very config the helpers build."""
+"""A lesson's "In your own script" is literal code; `recipe.written` reads it, `recipe.ran` records the config a lesson
+built, and `recipe.drift` says where the two part (tests/test_notebooks.py applies it to every executed lesson). The
+helpers' own configs build with the installed libraries."""
 
-import pytest
-
-from longctx import LongctxError, data, models, recipe, train
-from longctx.levers import compiling, padding, rope
+from longctx import data, models, recipe, train
+from longctx.levers import rope
 from longctx.levers.cp_worker import sft_call as rank_call
 
-CPU = {"use_cpu": True, "bf16": False}  # what a GPU recipe needs to be built on this machine
+CPU = train.on_this_machine("cpu")
 
 
-def _on_cpu(monkeypatch, call, names):
-    """The helper's call reduced to `names`, and the snippet's `from trl import <Config>` made to give a
-    class that builds on the CPU, both with the same CPU settings added."""
-    import trl
+def test_written_reads_the_calls_of_a_recipe_block_as_literals():
+    markdown = """
+Some prose, then the block a reader copies:
 
-    real = call.target
-    shown = {n: call.kwargs[n] for n in names}
-    if not real.__module__.startswith("trl."):  # peft's LoraConfig: nothing device-dependent
-        return recipe.Call(real, shown)
-    monkeypatch.setattr(trl, real.__name__, lambda **kw: real(**{**kw, **CPU}))
-    return recipe.Call(real, {**shown, **CPU})
+```python
+from accelerate import ParallelismConfig
+from trl import SFTConfig
 
-
-def _executed(text: str):
-    namespace: dict = {}
-    exec(compile(text, "<snippet>", "exec"), namespace)  # noqa: S102 - the lesson's own printed source
-    return namespace["args"]
-
-
-def _script():
-    import importlib.util
-
-    from longctx.paths import REPO
-
-    spec = importlib.util.spec_from_file_location("sft_1m_context", REPO / "scripts" / "sft_1m_context.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+args = SFTConfig(
+    output_dir="run",
+    max_length=1048576,
+    parallelism_config=ParallelismConfig(cp_size=8, cp_backend="torch"),
+    fsdp_config={"version": 2},
+    learning_rate=2 * 1e-5,
+)
+trainer = SFTTrainer(model="Qwen/Qwen3-8B", args=args)
+```
+"""
+    written = recipe.written(markdown)
+    assert written["SFTConfig"]["parallelism_config"] == {"ParallelismConfig": {"cp_size": 8, "cp_backend": "torch"}}
+    assert written["SFTConfig"]["fsdp_config"] == {"version": 2}
+    assert written["SFTConfig"]["learning_rate"] == "2 * 1e-05"  # not a literal: kept as its source
+    assert written["SFTTrainer"]["model"] == "Qwen/Qwen3-8B"
 
 
-def _gpu_calls():
+def test_drift_names_what_a_recipe_says_otherwise_and_the_levers_it_leaves_out():
+    from accelerate import ParallelismConfig
+    from trl import SFTConfig
+
+    built = SFTConfig(
+        output_dir="o",
+        max_length=4096,
+        activation_checkpointing=True,
+        activation_checkpointing_kwargs={"offload": True},
+        parallelism_config=ParallelismConfig(cp_size=2),
+        fsdp=True,
+        fsdp_config={"version": 2, "reshard_after_forward": True},
+        **CPU,
+    )
+    ran = recipe.ran(built)
+    same = {
+        "output_dir": "elsewhere",  # where and how long: not compared (recipe.SIZES)
+        "max_length": 1048576,
+        "activation_checkpointing": True,
+        "activation_checkpointing_kwargs": {"offload": True},
+        "parallelism_config": {"ParallelismConfig": {"cp_size": 8, "cp_backend": "torch"}},
+        "fsdp": True,
+        "fsdp_config": {"version": 2},  # a dict: the keys written (transformers adds its defaults)
+    }
+    assert recipe.drift(same, ran) == []
+    other = same | {"fsdp_config": {"version": 1}, "parallelism_config": {"ParallelismConfig": {"cp_backend": "x"}}}
+    other.pop("activation_checkpointing_kwargs")
+    problems = recipe.drift(other, ran)
+    assert "fsdp_config.version: written 1, ran 2" in problems
+    assert "parallelism_config.cp_backend: written 'x', ran 'torch'" in problems
+    assert "activation_checkpointing_kwargs: ran {'offload': True}, not written" in problems
+
+
+def test_ran_records_json_a_set_sorted_and_a_nested_config_by_its_class():
+    import json
+
     from peft import LoraConfig
 
-    spec = {"out": "out", "seed": 0, "checkpointing": True, "seq_len": 8192, "pad_to_multiple_of": 4, "device": "cuda"}
-    yarn_cfg = rope.with_yarn(models.config("tiny"), 256, 1024)
-    return {
-        "accumulation": train.TrainConfig(
-            output_dir="o", per_device_train_batch_size=2, gradient_accumulation_steps=16, for_device="cuda"
-        ).sft_call(),
-        "checkpointing": train.TrainConfig(output_dir="o", gradient_checkpointing=True, for_device="cuda").sft_call(),
-        "chunked loss": train.TrainConfig(output_dir="o", for_device="cuda").sft_call(),
-        "yarn": train.TrainConfig(
-            output_dir="o", max_length=1024, for_device="cuda", extra={"model_init_kwargs": rope.model_init_kwargs(yarn_cfg)}
-        ).sft_call(),
-        "offload": train.TrainConfig(output_dir="o", gradient_checkpointing=True, offload=True, for_device="cuda").sft_call(),
-        "context parallelism": rank_call({**spec, "mode": "cp"}, 4),
-        "sequence parallelism": rank_call({**spec, "mode": "sp"}, 4),
-        "padding": padding.padded_config(
-            pad_to_multiple_of=64, steps=2, max_length=512, output_dir="o", for_device="cuda"
-        ).sft_call(),
-        "static cache": compiling.grpo_call(
-            cache_implementation="static", steps=2, max_completion_length=16, output_dir="o", for_device="cuda"
-        ),
-        "lora": recipe.Call(LoraConfig, {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}),
-        "one million tokens": _script().train_config(1048576, steps=1, out="o", processes=8, for_device="cuda").sft_call(),
-    }
+    lora = recipe.ran(LoraConfig(r=16, lora_alpha=32, target_modules=["v_proj", "q_proj"]))
+    assert lora["values"]["target_modules"] == ["q_proj", "v_proj"] and {"r", "lora_alpha"} <= set(lora["changed"])
+    json.dumps(lora)
 
 
-@pytest.mark.parametrize("lever", list(recipe.LEVERS))
-def test_each_levers_printed_snippet_builds_the_helpers_config(monkeypatch, lever):
-    call = _gpu_calls()[lever]
-    text = recipe.snippet(call, lever)
-    assert any(call.kwargs.get(n) is not None for n in recipe.LEVERS[lever])
-    # the lever's arguments, and the batch size with every one (transformers' default of 8 is no long-context default)
-    shown = [n for n in dict.fromkeys([*recipe.ALWAYS, *recipe.LEVERS[lever]]) if call.kwargs.get(n) is not None]
-    assert all(f"{n}=" in text for n in shown)
-    if lever == "sequence parallelism":
-        pytest.importorskip("deepspeed")
-    reference = _on_cpu(monkeypatch, call, shown).build()
-    built = _executed(text)
-    assert type(built) is type(reference)
-    for name in shown:
-        assert getattr(built, name) == getattr(reference, name), name
+def test_the_helpers_own_configs_build_on_this_machine():
+    """TrainConfig (the sweeps' and benchmarks' trainer) and cp_worker's rank config (a launch without a lesson's
+    `args`) build with the installed trl, transformers and accelerate."""
+    args = train.TrainConfig(output_dir="o", gradient_checkpointing=True, offload="host-pool", for_device="cpu")
+    assert args.sft_config().activation_checkpointing is True
+    spec = {"out": "o", "seed": 0, "checkpointing": True, "seq_len": 8192, "device": "cpu", "mode": "cp"}
+    built = rank_call(spec, 4).build()
+    assert built.parallelism_config.cp_size == 4 and built.fsdp
 
 
-def test_the_gpu_recipes_ask_for_what_the_guide_asks():
-    calls = _gpu_calls()
-    assert calls["offload"].kwargs["activation_checkpointing_kwargs"] == {"offload": True}
-    assert calls["context parallelism"].kwargs["parallelism_config"].kwargs["cp_size"] == 4
-    assert calls["chunked loss"].kwargs["loss_type"] == "nll"  # trl 1.16's fused head
-    assert calls["static cache"].kwargs["cache_implementation"] == "static"
-    assert calls["accumulation"].kwargs["bf16"] is True  # what a GPU run trains in
-    assert "loss_type" not in train.TrainConfig(output_dir="o", loss="plain").sft_call().kwargs
-    million = calls["one million tokens"].kwargs  # TRL's example: offload, bf16, padding to 2 × 8 ranks
-    assert million["activation_checkpointing_kwargs"] == {"offload": True} and million["bf16"] is True
-    assert million["pad_to_multiple_of"] == 16 and million["max_length"] == 1048576
+def test_a_call_builds_its_nested_calls():
+    from accelerate import ParallelismConfig
+
+    call = recipe.Call(dict, {"p": recipe.Call(ParallelismConfig, {"cp_size": 2}), "n": [1, (2,)]})
+    assert call.build()["p"].cp_size == 2 and call.build()["n"] == [1, (2,)]
 
 
-def test_the_yarn_snippet_gives_the_model_sfttrainer_loads_the_rescaled_rotary(tmp_path, monkeypatch):
-    from trl import SFTTrainer
+def test_model_init_kwargs_give_the_model_sfttrainer_loads_the_rescaled_rotary(tmp_path):
+    """Lesson 02's recipe: the YaRN dict in SFTConfig.model_init_kwargs reaches the model SFTTrainer loads by name."""
+    from trl import SFTConfig, SFTTrainer
 
     folder = tmp_path / "model"
     models.load("tiny").save_pretrained(folder)
     wanted = rope.with_yarn(models.config("tiny"), 128, 512)
-    call = train.TrainConfig(
-        output_dir=str(tmp_path / "run"), max_length=512, extra={"model_init_kwargs": rope.model_init_kwargs(wanted)}
-    ).sft_call()
-    local = f"args = SFTConfig(output_dir={str(tmp_path / 'run')!r}, use_cpu=True, bf16=False, report_to='none', "
-    args = _executed(recipe.snippet(call, "yarn").replace("args = SFTConfig(", local))
+    args = SFTConfig(output_dir=str(tmp_path / "run"), max_length=512, model_init_kwargs=rope.model_init_kwargs(wanted), **CPU)
     trainer = SFTTrainer(
         model=str(folder), args=args, train_dataset=data.long_sequences(64, 2), processing_class=data.tokenizer()
     )
@@ -116,25 +110,10 @@ def test_the_yarn_snippet_gives_the_model_sfttrainer_loads_the_rescaled_rotary(t
     assert trainer.model.config.max_position_embeddings == 512
 
 
-def test_the_chunked_snippet_selects_the_head_the_lessons_measure():
+def test_the_chunked_loss_is_trls_default():
     import trl
 
-    assert trl.SFTConfig(use_cpu=True, bf16=False, report_to="none").loss_type == "nll"  # the default, spelled out
-
-
-def test_a_call_builds_nested_calls_and_refuses_what_it_cannot_print():
-    from accelerate import ParallelismConfig
-
-    call = recipe.Call(dict, {"p": recipe.Call(ParallelismConfig, {"cp_size": 2}), "n": [1, (2,)]})
-    assert call.build()["p"].cp_size == 2
-    assert call.source() == "dict(p=ParallelismConfig(cp_size=2), n=[1, (2,)])"
-    with pytest.raises(LongctxError, match="cannot be printed"):
-        recipe.Call(dict, {"x": object()}).source()
-    with pytest.raises(LongctxError, match="Unknown lever"):
-        recipe.snippet(call, "turbo")
-    with pytest.raises(LongctxError, match="none of yarn"):
-        recipe.snippet(train.TrainConfig(output_dir="o").sft_call(), "yarn")
-    assert recipe.import_line(ParallelismConfig) == "from accelerate import ParallelismConfig"
+    assert trl.SFTConfig(use_cpu=True, bf16=False, report_to="none").loss_type == "nll"  # the fused, chunked head
 
 
 def test_the_tiled_mlp_module_lesson_07_prints_runs_on_its_own():
@@ -151,3 +130,8 @@ def test_the_tiled_mlp_module_lesson_07_prints_runs_on_its_own():
     assert namespace["tile_mlp"](tiled) == tiled.config.num_hidden_layers
     ids = torch.randint(0, plain.config.vocab_size, (1, 256))  # 4 shards of hidden 64
     torch.testing.assert_close(tiled(input_ids=ids).logits, plain(input_ids=ids).logits)
+
+
+def test_written_takes_the_first_call_of_a_class():
+    markdown = "```python\nargs = SFTConfig(learning_rate=1e-4)\n```\n```python\nother = SFTConfig(learning_rate=2e-4)\n```"
+    assert recipe.written(markdown)["SFTConfig"] == {"learning_rate": 1e-4}

@@ -64,11 +64,6 @@ PRIMER_7B = {
     "LoRA": Figure(14, "7B with LoRA: bf16 weights, adapters' gradients and state (GB)", 0.05, "the primer rounds it"),
     "QLoRA": Figure(4, "7B with QLoRA: 4-bit weights, adapters' gradients and state (GB)", 0.05, "the primer rounds it"),
 }
-# TRL's Trainium guide (huggingface.co/docs/trl/en/trainium), measured on one NeuronCore of a trn2 chip
-TRAINIUM_UNPADDED_OVER_PAD128 = Figure(
-    2.0, "Qwen3-0.6B, 20 SFT steps on a NeuronCore: time unpadded / padded to 128 (260 s / 130 s, TRL's Trainium guide)"
-)
-
 # The versions the guide names for each lever: (package, minimum)
 REQUIREMENTS = {
     "offload": (("transformers", "5.17.0"),),  # offload inside activation checkpointing arrived in 5.17
@@ -109,12 +104,9 @@ def beside(figure: Figure, ours, *, ratio: bool = True) -> str:
 EXAMPLE_ROPE_PARAMETERS = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 32.0, "original_max_position_embeddings": 32768}
 FIRST_LOSS_1M_PLAIN = Figure(10.6, "Qwen3-8B, 1,048,576 tokens without RoPE scaling: first loss (nats)", source="TRL's example")
 
-# lesson 04/05/06: the million-token run's time (the guide's progress bar: step 1/12 at 380.10 s/it); Trainium's compile
-# cost per shape (TRL v1.16.0 release notes) and the guide's instance (one Trainium2 chip: 8 NeuronCores, LNC=2 pairs them)
+# lessons 04 and 06: the million-token run's time (the guide's progress bar: step 1/12 at 380.10 s/it)
 STEP_SECONDS_1M = Figure(380, "Qwen3-8B, 1,048,576 tokens, CP over 8 H100s: seconds per step")
 STEPS_1M = Figure(12, "the example's optimizer steps, one million-token sequence each")
-NEURON_SECONDS_PER_SHAPE = Figure(60, "Neuron: compile time per new input shape, 'about a minute' (s)", source="TRL 1.16 notes")
-TRAINIUM_INSTANCE, TRN2_CORES, TRN2_LNC = "trn2.3xlarge", Figure(8, "NeuronCores per chip"), Figure(2, "cores per logical core")
 # YaRN (Peng et al. 2023, arXiv:2309.00071, section 4): Llama 2 extended 16x, fine-tuned on PG19 cut into 64k-token pieces
 YARN_STEPS = Figure(400, "YaRN's s=16 Llama 2 fine-tune: optimizer steps", source="YaRN")
 YARN_STEP_TOKENS = Figure(64 * 65536, "... tokens per step: a global batch of 64 sequences of 64k", source="YaRN")

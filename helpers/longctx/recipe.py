@@ -1,17 +1,13 @@
-"""What a reader copies into their own training script. A `Call` is a constructor call kept as data (a class and its
-keyword arguments): the helpers build their TRL, accelerate and peft configs from one (`Call.build`) and the lessons
-print the same one as source (`snippet`), so the snippet cannot drift from what ran; tests/test_recipe.py runs each."""
+"""What a reader copies into their own training script. A lesson writes its recipe ("In your own script") as literal
+code in its markdown and records the config objects it built and ran (`ran`); tests/test_notebooks.py reads the written
+calls (`written`) and holds them to what ran (`drift`), so a recipe cannot say other than the run. A `Call` is a
+constructor call kept as data, with which the helpers build the configs of their own runs (cp_worker, train)."""
 
-import importlib
-import json
 from dataclasses import dataclass, field
-from importlib.metadata import version
 
-from longctx.errors import LongctxError, check_choice
-
+# The arguments that switch each lever on: a run that changes one of them must have its recipe say so (`drift`).
 _CP = ("parallelism_config", "fsdp", "fsdp_config", "activation_checkpointing", "max_length", "pad_to_multiple_of")
 _OFFLOAD = ("activation_checkpointing", "activation_checkpointing_kwargs")
-# The arguments that switch each lever on, in the order a snippet shows them.
 LEVERS = {
     "accumulation": ("per_device_train_batch_size", "gradient_accumulation_steps"),
     "lora": ("r", "lora_alpha", "target_modules"),
@@ -23,10 +19,7 @@ LEVERS = {
     "sequence parallelism": ("parallelism_config", "deepspeed", "max_length"),
     "padding": ("max_length", "pad_to_multiple_of", "torch_compile", "activation_checkpointing"),
     "static cache": ("cache_implementation", "max_completion_length", "num_generations"),
-    "one million tokens": ("loss_type", *_OFFLOAD, "bf16", "max_length", "pad_to_multiple_of"),
 }
-ALWAYS = ("per_device_train_batch_size",)  # shown with every lever: transformers' default of 8 is a trap at long context
-WIDTH = 100  # a snippet's lines stay within this many characters where a value allows
 
 
 @dataclass(frozen=True)
@@ -35,23 +28,8 @@ class Call:
     kwargs: dict = field(default_factory=dict)
 
     def build(self):
-        """The object itself: nested calls built first, as the printed source builds them."""
+        """The object itself: nested calls built first."""
         return self.target(**_each_call(self.kwargs, Call.build))
-
-    def source(self, indent: int = 0) -> str:
-        """`Target(k=v, ...)`, one argument per line when long."""
-        parts = [f"{n}={_literal(v, indent + 4)}" for n, v in self.kwargs.items()]
-        one_line = f"{self.target.__name__}({', '.join(parts)})"
-        if indent + len(one_line) <= WIDTH and "\n" not in one_line:
-            return one_line
-        inner = "".join(f"{' ' * (indent + 4)}{p},\n" for p in parts)
-        return f"{self.target.__name__}(\n{inner}{' ' * indent})"
-
-    def targets(self) -> list[type]:
-        """Every class the call builds, itself first."""
-        found = [self.target]
-        _each_call(self.kwargs, lambda inner: found.extend(inner.targets()))
-        return list(dict.fromkeys(found))
 
 
 def _each_call(value, do):
@@ -65,69 +43,12 @@ def _each_call(value, do):
     return value
 
 
-def _literal(value, indent: int) -> str:
-    if isinstance(value, Call):
-        return value.source(indent=indent)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
-    if isinstance(value, dict):
-        items = [f"{_literal(k, indent)}: {_literal(v, indent + 4)}" for k, v in value.items()]
-        text = "{" + ", ".join(items) + "}"
-        if indent + len(text) <= WIDTH - 20 or not items:
-            return text
-        return "{\n" + "".join(f"{' ' * (indent + 4)}{i},\n" for i in items) + " " * indent + "}"
-    if isinstance(value, (list, tuple)):
-        text = ", ".join(_literal(v, indent) for v in value)
-        return f"[{text}]" if isinstance(value, list) else f"({text}{',' if len(value) == 1 else ''})"
-    raise LongctxError(f"A {type(value).__name__} cannot be printed as a snippet value: {value!r}.")
-
-
-def import_line(cls: type) -> str:
-    """`from <package> import Name`, from the shortest public module that exports the class."""
-    parts = cls.__module__.split(".")
-    for module in (".".join(parts[:n]) for n in range(1, len(parts) + 1)):
-        try:
-            if getattr(importlib.import_module(module), cls.__name__, None) is cls:
-                return f"from {module} import {cls.__name__}"
-        except ImportError:
-            continue
-    return f"from {cls.__module__} import {cls.__name__}"
-
-
-def snippet(call: Call, lever: str | tuple[str, ...], *, name: str = "args") -> str:
-    """Copy-pasteable source that builds `call`'s class with the arguments of `lever` (see LEVERS; a tuple
-    of levers shows all of theirs)."""
-    levers = (lever,) if isinstance(lever, str) else tuple(lever)
-    for one in levers:
-        check_choice("lever", one, LEVERS)
-    wanted = list(dict.fromkeys(n for one in levers for n in LEVERS[one]))
-    if all(call.kwargs.get(n) is None for n in wanted):
-        raise LongctxError(
-            f"This {call.target.__name__} call sets none of {' + '.join(levers)}'s arguments ({', '.join(wanted)})."
-        )
-    shown = Call(call.target, {n: call.kwargs[n] for n in dict.fromkeys([*ALWAYS, *wanted]) if call.kwargs.get(n) is not None})
-    imports = sorted({import_line(t) for t in shown.targets()})
-    return "\n".join(imports) + f"\n\n{name} = {shown.source()}"
-
-
-def show(call: Call, lever: str | tuple[str, ...], *, name: str = "args", after: str = "") -> None:
-    """Print the snippet under a comment naming the installed versions of the libraries it uses."""
-    packages = [t.__module__.split(".")[0] for t in call.targets()]
-    packages = [p for p in dict.fromkeys([*packages, "transformers"]) if p != "builtins"]
-    title, trl = lever if isinstance(lever, str) else " + ".join(lever), call.target.__module__.startswith("trl.")
-    print(
-        f"# {title}: printed from the lesson's own config ({', '.join(f'{p} {version(p)}' for p in packages)})\n"
-        + ("# (trl's configs turn bf16 on by default: on a machine without a GPU add bf16=False)\n" if trl else "")
-        + snippet(call, lever, name=name)
-        + (f"\n\n{after}" if after else "")
-    )
-
-
 # A lesson's recipe ("In your own script") is literal code in its markdown; the keys that say where and how long a
 # run is, which differ between a lesson's miniature and the recipe's full size, are not compared with what ran.
-SIZES = ("output_dir", "max_length", "max_steps", "bf16", "use_cpu", "pad_to_multiple_of", "cp_size", "sp_size")
+SIZES = (
+    "output_dir", "max_length", "max_completion_length", "max_steps", "bf16", "use_cpu", "pad_to_multiple_of",
+    "cp_size", "sp_size",
+)  # fmt: skip
 
 
 def ran(config) -> dict:

@@ -7,10 +7,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from longctx import device, quiet
+from longctx import quiet
 from longctx.errors import LongctxError
-from longctx.levers.padding import Census, check_padding, padded_trainer, shape_census
-from longctx.recipe import Call
+from longctx.levers.padding import Census, shape_census
 
 AUTOMATIC_DYNAMIC_SHAPES = False  # as on Neuron: a new shape is a new static graph, never a dynamic one
 # dynamo's default limit (8) sends later shapes to eager, which would make the unpadded run look cheap
@@ -58,12 +57,6 @@ class CompileCounter:
 
     def summary(self) -> dict:
         return {"compiles": self.count, "compile_seconds": self.seconds, "by_trigger": self.by_trigger()}
-
-
-def dynamo_snippet() -> str:
-    """The dynamo settings the lesson compiles under, as the lines a reader adds before training."""
-    limit = f"torch._dynamo.config.recompile_limit = {RECOMPILE_LIMIT}  # past the default 8 shapes, eager"
-    return f"import torch\n\ntorch._dynamo.config.automatic_dynamic_shapes = {AUTOMATIC_DYNAMIC_SHAPES}\n{limit}"
 
 
 @contextlib.contextmanager
@@ -125,14 +118,27 @@ class CompiledRun:
         return run | {"seconds": self.seconds, **self.counter.summary(), "step_compiles": self.step_compiles}
 
 
-def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, max_length: int | None = None, **trainer_kwargs):
-    """A real SFTTrainer run with `torch_compile=True` (`padding.padded_trainer`'s, with its keywords) under
-    `compile_settings()`: the shape census of its dataloader first, then training with every compile counted and timed."""
+def train_counted(trainer, counter: CompileCounter | None = None) -> tuple[CompileCounter, float]:
+    """Train `trainer` (a compiled SFTTrainer, a GRPOTrainer generating through a compiled forward) under
+    `compile_settings()`, every compile counted and timed: the counter and the seconds train() took."""
+    counter = counter or CompileCounter()
+    quiet.no_log_printing(trainer)  # the log stays in trainer.state.log_history
+    with compile_settings(), counter:
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    return counter, seconds
+
+
+def compiled_run(trainer) -> CompiledRun:
+    """A compiled SFTTrainer (`torch_compile=True`) trained for its `max_steps`: the shape census of its dataloader
+    first, then training through `train_counted`, with the shapes its collator produced and the compiles of each step."""
     from transformers import TrainerCallback
 
-    pad = check_padding(pad_to_multiple_of, max_length)
-    trainer = padded_trainer(model, dataset, pad_to_multiple_of=pad, steps=steps, max_length=max_length, **trainer_kwargs)
-    census, seen, step_compiles, collate = shape_census(trainer, steps), [], [], trainer.data_collator
+    if not trainer.args.torch_compile:
+        raise LongctxError("compiled_run counts compiles: build the trainer with SFTConfig(torch_compile=True).")
+    steps, collate, counter = trainer.args.max_steps, trainer.data_collator, CompileCounter()
+    census, seen, step_compiles = shape_census(trainer, steps), [], []
 
     def recording_collator(rows):
         batch = collate(rows)
@@ -145,44 +151,5 @@ def compiled_sft(model, dataset, *, pad_to_multiple_of, steps: int, max_length: 
 
     trainer.data_collator = recording_collator
     trainer.add_callback(PerStep())
-    with compile_settings(), CompileCounter() as counter:
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-    return CompiledRun(pad, census, seen[:steps], counter, seconds, step_compiles)
-
-
-def grpo_generation(model, prompts, *, steps=2, max_completion_length=16, backend="aot_eager", processing_class=None, **config):
-    """A real GRPOTrainer run (`grpo_call`'s keywords) generating with Transformers, as on Neuron (no vLLM there), its
-    forward compiled: each token a dynamic KV cache generates is a new shape; a static cache keeps the shapes fixed."""
-    import torch
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
-    def reward_len(completions, **kwargs):  # the guide's toy reward: completions near a target length
-        return [-abs(4 * max_completion_length - len(c)) / 100 for c in completions]
-
-    args = grpo_call(steps=steps, max_completion_length=max_completion_length, **config).build()
-    if backend:  # on Neuron (backend None) the device compiles every shape by itself
-        model.forward = torch.compile(model.forward, backend=backend)
-    ds = Dataset.from_dict({"prompt": list(prompts)})
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_len, args=args, train_dataset=ds, processing_class=processing_class)
-    quiet.no_log_printing(trainer)
-    with compile_settings(), CompileCounter() as counter:
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-    summary = dict(cache_implementation=config["cache_implementation"] or "dynamic", steps=steps, seconds=seconds)
-    return summary | {"seconds_per_step": seconds / steps, **counter.summary()}
-
-
-def grpo_call(*, cache_implementation, steps, max_completion_length, output_dir, seed=0, for_device=None):
-    """The GRPOConfig of `grpo_generation`, as a recipe.Call (what lesson 05 prints). activation_checkpointing=True is
-    GRPOConfig's own default, under transformers 5.24's name for it."""
-    from trl import GRPOConfig
-
-    run = dict(output_dir=output_dir, max_steps=steps, seed=seed, use_cpu=(for_device or device()) == "cpu", bf16=False)
-    generation = dict(num_generations=4, max_completion_length=max_completion_length, cache_implementation=cache_implementation)
-    logs = dict(report_to="none", logging_steps=1, disable_tqdm=True, dataloader_pin_memory=False, save_strategy="no")
-    fixed = dict(per_device_train_batch_size=4, learning_rate=1e-5, activation_checkpointing=True)
-    return Call(GRPOConfig, {**run, **generation, **logs, **fixed})
+    _, seconds = train_counted(trainer, counter)  # the counter PerStep reads
+    return CompiledRun(trainer.args.pad_to_multiple_of, census, seen[:steps], counter, seconds, step_compiles)

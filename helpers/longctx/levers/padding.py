@@ -1,12 +1,11 @@
 """Padding for compiled accelerators: TRL's `pad_to_multiple_of` on a device, the batch shapes a trainer's own
-dataloader will produce (known before anything compiles), the trainer the lesson compiles, and which offer the option."""
+dataloader will produce (known before anything compiles), and which of TRL's trainers offer the option."""
 
 import itertools
 import math
 from dataclasses import dataclass, fields, is_dataclass
 
 from longctx.errors import LongctxError
-from longctx.train import TrainConfig, make_trainer
 
 
 def check_padding(pad_to_multiple_of, max_length: int | None, device_type: str = "cpu"):
@@ -62,20 +61,3 @@ def trainers_with_padding_option() -> list[str]:
         if is_dataclass(cls) and any(f.name == "pad_to_multiple_of" for f in fields(cls)):
             names.append(name.removesuffix("Config"))
     return sorted(names)
-
-
-def padded_config(
-    *, pad_to_multiple_of, steps: int, backend: str | None = "inductor", batch_size: int = 4, compile=True, **config
-):
-    """The TrainConfig of the trainer the lesson compiles (`config`: output_dir, max_length, seed, for_device):
-    `pad_to_multiple_of` as TRL takes it (an int, None or "auto", which the trainer resolves for its device),
-    torch.compile on `backend` when `compile`."""
-    extra = dict(pad_to_multiple_of=pad_to_multiple_of, disable_tqdm=True)
-    if compile:
-        extra.update(torch_compile=True, torch_compile_backend=backend)
-    return TrainConfig(max_steps=steps, logging_steps=steps, per_device_train_batch_size=batch_size, extra=extra, **config)
-
-
-def padded_trainer(model, dataset, *, processing_class=None, **config):
-    """The SFTTrainer the lesson compiles, built from `padded_config(**config)`."""
-    return make_trainer(model, dataset, padded_config(**config), processing_class=processing_class)
