@@ -14,7 +14,10 @@ from longctx.models import from_pretrained, torch_dtype
 from longctx.paths import data_dir, user_path
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
-BASE = dict(preset="small", rope_theta=100.0, seq_len=128, steps=1000, batch=32, learning_rate=3e-3, warmup_steps=100, seed=0)
+BASE = dict(
+    preset="small", rope_theta=100.0, seq_len=128, steps=1000, batch=32, learning_rate=3e-3, warmup_steps=100, seed=0,
+    retrieval=0.0,  # the share of training windows that are pass-key documents (levers/passkey.py)
+)  # fmt: skip
 MAX_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
 
 
@@ -48,6 +51,8 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     for name in ("learning_rate", "rope_theta"):
         if not (math.isfinite(p[name]) and p[name] > 0):
             raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
+    if not 0 <= p["retrieval"] <= 1:
+        raise LongctxError(f"--retrieval is a share of the training windows, from 0 to 1; got {p['retrieval']!r}.")
     if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
         raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
@@ -58,6 +63,8 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
     model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
+    if p["retrieval"]:
+        dataset = _with_pass_keys(dataset, p["retrieval"], p["seq_len"], p["seed"])
     with files.staging(out) as tmp:
         how = dict(max_steps=p["steps"], per_device_train_batch_size=p["batch"], learning_rate=p["learning_rate"], seed=p["seed"])
         how |= dict(lr_scheduler_type="cosine", warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20))
@@ -86,6 +93,21 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         data.write_checksums(staged)
         files.place(staged, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
+
+
+def _with_pass_keys(dataset, share: float, length: int, seed: int):
+    """`dataset` with `share` of its windows made pass-key documents, each on its own window as filler, the key at a
+    random depth (the probe's documents, from the training books)."""
+    import numpy as np
+    from datasets import Dataset
+
+    from longctx import data
+    from longctx.levers import passkey
+
+    rng, rows, tok = np.random.default_rng(seed), list(dataset["input_ids"]), data.tokenizer()
+    for i in rng.choice(len(rows), round(share * len(rows)), replace=False):
+        rows[i] = passkey.document(rows[i], tok, passkey.key_text(rng), float(rng.uniform()), length).input_ids
+    return Dataset.from_dict({"input_ids": rows})
 
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, **yarn):

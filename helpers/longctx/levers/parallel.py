@@ -120,7 +120,8 @@ def launch(
         raise RunFailed(
             f"{mode} run over {nprocs} processes failed (exit code {proc.returncode})"
             + (f": {raised}" if raised else "")
-            + f"\nlog {log}, its last lines:\n" + "\n".join(lines[-25:]),
+            + f"\nlog {log}, its last lines:\n"
+            + "\n".join(lines[-25:]),
             raised=raised,
         )
     return ParallelRun(mode, nprocs, [json.loads(f.read_text()) for f in files], out, time.perf_counter() - start)
