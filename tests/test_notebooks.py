@@ -183,6 +183,28 @@ def test_03_activation_offload(ran):
     assert 0 < t["copies"] / t["+ offload"] < 0.1
 
 
+def test_08_packing(ran):
+    r = ran("08_packing")
+    res, p = r.results["results"], r.results["params"]
+    # padding grows with the batch on the corpus's long-tailed lengths; one document a batch pads nothing
+    waste = [res["padding_waste"][str(b)] for b in p["BATCH_SIZES"]]
+    assert waste[0] == 0 and waste == sorted(waste) and waste[-1] > 0.3
+    # padding-free and packed batches hold no padding: fewer activations per real token than the padded batch,
+    # and a lower peak on the lesson's batch
+    ways = res["batching"]
+    assert ways["padding-free"]["shape"][0] == 1 and ways["padding-free"]["peak_mib"] < ways["padded"]["peak_mib"]
+    assert max(ways["padding-free"]["kib_a_token"], ways["packed"]["kib_a_token"]) < ways["padded"]["kib_a_token"]
+    # packed documents score as they do alone (the block-diagonal mask from position_ids); without them, a leak
+    assert res["look_inside"]["packed"] < 1e-4 < 1e-2 < res["look_inside"]["leaked"]
+    assert res["packed_documents"] >= 2 and res["packed_vs_alone"] < 1e-4
+    # the mask is a real row x row allocation in the packed step, 16 GiB at 131,072 tokens
+    assert res["mask"]["found"] >= 1 and res["mask"]["full_gib"] == 16.0
+    # a token at a longer length costs more GPU time
+    hours = [res["stages"][k]["gpu_hours_per_billion"] for k in ("32768", "131072", "524288")]
+    assert hours == sorted(hours)
+    assert res["recipe"]["SFTConfig"]["values"]["packing"] is True
+
+
 def test_07_tiled_mlp(ran):
     r = ran("07_tiled_mlp")
     res = r.results["results"]

@@ -82,3 +82,10 @@ def test_07_tiled_mlp(rehearse):
     # bf16, the hub-format model: tiling leaves the loss and lowers or keeps the peak
     m = res["measured"]
     assert m["loss_abs_diff"] < 1e-2 and min(t["peak_bytes"] for t in m["tiled"].values()) <= m["untiled"]["peak_bytes"]
+
+
+def test_08_packing(rehearse):
+    res = rehearse("08_packing").results["results"]
+    # bf16 weights from a model folder: packed documents still score as they do alone, to bf16 rounding (one step
+    # of bf16 near a loss of 8 nats is 2**-8 * 8 = 0.03), and a leak is ten times more than that
+    assert res["packed_vs_alone"] < 0.1 and res["look_inside"]["leaked"] > 10 * res["look_inside"]["packed"]

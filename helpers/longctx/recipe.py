@@ -57,14 +57,28 @@ def ran(config) -> dict:
     differ from the class's defaults ("changed")."""
     import dataclasses
 
+    reference = _built_without_arguments(config)
     values, changed = {}, []
     for f in (f for f in dataclasses.fields(config) if f.init):
         value = getattr(config, f.name)
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if reference is not None:  # what the class resolves a default to (trl's None → True for checkpointing)
+            default = getattr(reference, f.name)
+        else:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         values[f.name] = {type(value).__name__: ran(value)} if dataclasses.is_dataclass(value) else _json(value)
         if value != default:
             changed.append(f.name)
     return {"values": values, "changed": changed}
+
+
+def _built_without_arguments(config):
+    """The same class built with no argument but where the machine or the folder decide (a trainer config on a CPU
+    must say so), or None where it cannot be built bare."""
+    where = {k: getattr(config, k) for k in ("output_dir", "use_cpu", "bf16") if hasattr(config, k)}
+    try:
+        return type(config)(**where)
+    except Exception:  # a config with required arguments: the dataclass's declared defaults stand in
+        return None
 
 
 def _json(value):

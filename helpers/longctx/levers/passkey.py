@@ -11,8 +11,9 @@ from longctx.errors import LongctxError
 
 DIGITS = "123456789"  # " 0" is two tokens in the corpus BPE; each of " 1" ... " 9" is one
 KEY_LENGTH = 5
-NEEDLE = " The pass key is{key}. Remember it."
-QUESTION = " What is the pass key? The pass key is"
+# " *", rare in the books, marks where the key starts: after it, the first digit is a copy of what followed it before
+NEEDLE = " The pass key is *{key}. Remember it."
+QUESTION = " What is the pass key? The pass key is *"
 
 
 @dataclass(frozen=True)
