@@ -99,6 +99,25 @@ def test_reach_finds_the_longest_fitting_length():
     assert len(seeds) == 2 + again["estimates"] and again["estimates"] > 0  # what it estimated, kept for the next call
 
 
+def test_reach_walks_over_a_peak_that_does_not_grow_with_length(monkeypatch):
+    from types import SimpleNamespace
+
+    from longctx.lengths import MAX_TOKENS
+    from longctx.memory import estimate as est
+
+    # flat up to 200k tokens (the optimizer's peak on a small model), then growing: found by walking up
+    def peak(model, n, **levers):
+        return SimpleNamespace(peak_gib=10.0 + max(0, n - 200 * 1024) / 1024)
+
+    monkeypatch.setattr(est, "estimate", peak)
+    r = est.reach("tiny", 20.0)
+    assert r["seq_len"] == 210 * 1024 and r["peak_gib"] == 20.0
+    # flat all the way: no reach to report, said in words rather than a ZeroDivisionError
+    monkeypatch.setattr(est, "estimate", lambda model, n, **levers: SimpleNamespace(peak_gib=10.0))
+    with pytest.raises(LongctxError, match=f"goes no further \\({MAX_TOKENS:,} tokens"):
+        est.reach("tiny", 20.0)
+
+
 def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
     from transformers import BertConfig, T5Config
 

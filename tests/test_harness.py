@@ -166,6 +166,26 @@ def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
+    from safetensors.torch import load_file
+
+    from longctx.levers import base_model
+
+    kw = dict(retrieval=1.0, answer_only=True, seq_len=40, steps=2, batch=2, warmup_steps=0, scheduler="constant")
+    out = base_model.pretrain(tmp_path / "r", init=str(base_model.checkpoint_dir()), progress=False, **kw)
+    m = base_model.manifest(out)
+    # the base's history kept; its longest trained position still the model's trained length
+    assert m["init"] == base_model.manifest() and m["trained_length"] == 128 and m["params"]["rope_theta"] == 100.0
+    assert "--answer-only" in m["command"] and "--init" in m["command"] and "--rope-theta" not in m["command"]
+    before, after = (load_file(p / "model.safetensors") for p in (base_model.checkpoint_dir(), out))
+    assert any(not (before[k] == after[k]).all() for k in before)  # trained on, from the base's weights
+    # answer-only: a pass-key document's loss is on its key's tokens alone
+    windows = base_model._with_pass_keys({"input_ids": [list(range(100, 140))] * 2}, 1.0, 40, seed=0, answer_only=True)
+    for ids, labels in zip(windows["input_ids"], windows["labels"]):
+        taught = [t for t in labels if t != -100]
+        assert len(taught) == 5 and taught == ids[-6:-1]  # the five digits before the full stop
+
+
 def test_place_checks_every_target_before_the_first_move(tmp_path):
     from pathlib import Path
 
@@ -200,51 +220,76 @@ def test_values_parse_the_way_a_person_reads_them():
         harness.run("00", "ci", harness.parse_overrides(["SEQ_LEN=None"]))
 
 
+def _notebook_with(tmp_path, name: str, cell: str) -> Path:
+    """00's parameters cell and `cell`, as a notebook file of its own (a notebook path runs that file)."""
+    import nbformat
+
+    original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
+    params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
+    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(cell)])
+    mine.metadata = original.metadata
+    path = tmp_path / name / "00_memory_primer.ipynb"
+    path.parent.mkdir()
+    nbformat.write(mine, path)
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "cell,oom_killer_acts,ename,fragment",
     [
         ("os.kill(os.getpid(), signal.SIGKILL)", True, harness.OOM_KILLED, "out-of-memory killer stopped the kernel"),
-        ("os.kill(os.getpid(), signal.SIGKILL)", False, "DeadKernelError", "recorded no out-of-memory kill"),
-        ("os._exit(3)", False, "DeadKernelError", "recorded no out-of-memory kill"),
+        ("os.kill(os.getpid(), signal.SIGKILL)", False, "DeadKernelError", "counted no out-of-memory kill"),
+        ("os._exit(3)", False, "DeadKernelError", "counted no out-of-memory kill"),
+        ("os._exit(3)", None, "DeadKernelError", "Whether memory ran out cannot be told here"),
     ],
-    ids=["oom-killed-is-memory", "killed-otherwise-is-not", "exited-is-not"],
+    ids=["oom-killed-is-memory", "killed-otherwise-is-not", "exited-is-not", "no-cgroup-no-blame"],
 )
 def test_a_notebook_path_runs_that_file_and_a_dead_kernel_is_told_by_its_cause(
     tmp_path, monkeypatch, cell, oom_killer_acts, ename, fragment
 ):
-    import itertools
-
-    import nbformat
-
     from longctx import children
 
-    original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
-    params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
-    mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(f"import os, signal\n{cell}")])
-    mine.metadata = original.metadata
-    path = tmp_path / "copy" / "00_memory_primer.ipynb"
-    path.parent.mkdir()
-    nbformat.write(mine, path)
+    path = _notebook_with(tmp_path, "copy", f"import os, signal\n{cell}")
     assert harness.resolve(str(path)) == path.resolve()
-    # the OS's counter of out-of-memory kills, read before the run and after the death
-    counter = itertools.count(7) if oom_killer_acts else itertools.repeat(7)
-    monkeypatch.setattr(children, "oom_kills", lambda: next(counter))
+    # what the kernel's own memory cgroup says after the death (the next test makes a real one)
+    monkeypatch.setattr(children.OwnMemory, "oom_killed", lambda self: oom_killer_acts)
     with pytest.raises(harness.NotebookFailed, match=fragment) as err:
         harness.run(str(path), "ci", out=tmp_path / "out", progress=False)
     assert err.value.ename == ename
-    assert ("lower the lengths" in str(err.value)) == oom_killer_acts  # memory is blamed only on the OOM killer's word
+    assert ("lower the lengths" in str(err.value)) == bool(oom_killer_acts)  # memory is blamed only on evidence
     assert not (tmp_path / "out" / "results.json").exists()
 
 
-def test_the_oom_kill_counter_reads_what_linux_keeps():
-    from longctx import children
+# A kernel that lowers its own cgroup's limit below what it then allocates, and offers itself to the OOM killer first
+OOM_CELL = """
+from pathlib import Path
+line = next(l for l in Path("/proc/self/cgroup").read_text().splitlines() if ":memory:" in l)
+cgroup = Path("/sys/fs/cgroup/memory") / line.split(":", 2)[2].lstrip("/")
+Path("/proc/self/oom_score_adj").write_text("1000")
+used = int((cgroup / "memory.usage_in_bytes").read_text())
+(cgroup / "memory.limit_in_bytes").write_text(str(used + 200 * 2**20))
+held = bytearray(2**30)
+"""
 
-    vmstat = Path("/proc/vmstat")
-    if not (vmstat.exists() and "oom_kill " in vmstat.read_text()):
-        pytest.skip("this kernel keeps no OOM-kill counter in /proc/vmstat")
-    machine = int(next(line.split()[1] for line in vmstat.read_text().splitlines() if line.startswith("oom_kill ")))
-    assert children.oom_kills() >= machine
+
+@pytest.mark.slow
+def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
+    from tqdm import tqdm
+
+    from longctx import children
+    from longctx.tools import sweep
+
+    with children.OwnMemory() as probe:
+        if probe.oom_killed() is None or not (probe.path / "memory.limit_in_bytes").exists():
+            pytest.skip("Linux lets this process make no cgroup v1 memory cgroup (not root?): nothing to pin a kill on")
+    eaten = _notebook_with(tmp_path, "eaten", OOM_CELL)
+    # the other point dies at the same time, by a signal: the machine's OOM count rises meanwhile, its own does not
+    other = _notebook_with(tmp_path, "other", "import os, signal, time\ntime.sleep(20)\nos.kill(os.getpid(), signal.SIGKILL)")
+    calls = [(str(nb), "ci", {}, str(tmp_path / f"point-{nb.parent.name}")) for nb in (eaten, other)]
+    records = children.pool_map(sweep._run_call, calls, 2, tqdm(disable=True))
+    assert [r["status"] for r in records] == ["oom", "died"], [r.get("error") for r in records]
+    assert records[0]["error"].startswith(harness.OOM_KILLED) and records[1]["error"].startswith("DeadKernelError")
 
 
 @pytest.mark.parametrize(
@@ -345,6 +390,10 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
         (["--steps", "0"], "--steps must be an integer ≥ 1"),
         (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),
         (["--preset", "bogus"], "Unknown model preset 'bogus'"),
+        (["--answer-only"], "give --retrieval a share above 0"),
+        (["--scheduler", "linear"], "--scheduler is one of cosine, constant"),
+        (["--init", "/nonexistent-model"], "--init /nonexistent-model: no model trained by `longctx pretrain`"),
+        (["--init", "data/yarn-base", "--rope-theta", "5"], "drop --rope-theta"),
     ],
 )
 def test_pretrain_options_are_refused_by_their_flag(tmp_path, capsys, args, fragment):
@@ -636,3 +685,13 @@ def test_time_limits_come_from_the_declared_minutes_and_bad_ones_are_refused(cap
     for bad in ("0", "-1", "nan", "inf"):
         assert cli.main(["run", "00", "--size", "ci", "--timeout", bad]) == 2
         assert "--timeout must be a positive number of minutes" in capsys.readouterr().err
+
+
+def test_a_session_records_the_declared_parameters_only(tmp_path, monkeypatch):
+    from longctx import notebook
+
+    monkeypatch.setenv("LONGCTX_OUT", str(tmp_path))
+    # the first cell run again in JupyterLab after later ones: their UPPER_CASE names are globals too
+    namespace = {"MODEL": "tiny", "SEQ_LEN": 256, "DEVICE": "cpu", "MY_MODEL": "mine", "P": 3, "lower": 1}
+    session = notebook.start("00_memory_primer", notebook.parameters(namespace))
+    assert session.params == {"MODEL": "tiny", "SEQ_LEN": 256}

@@ -343,6 +343,17 @@ def test_02_yarn(ran):
     init = res["recipe"]["SFTConfig"]["values"]["model_init_kwargs"]
     assert init["rope_parameters"]["original_max_position_embeddings"] == rope.QWEN3_TRAINED_LENGTH
     assert init["rope_parameters"]["factor"] == qwen3["factor"] and init["dtype"] == "bfloat16"
+    # the retrieval probe (the committed retrieval miniature): plain retrieves inside its trained range and not past
+    # it; YaRN untrained retrieves past it at a price inside and fails with the key next to the question; the
+    # fine-tune recovers inside and raises past; the text loss ranks the three the other way round
+    probe = res["probe"]["models"]
+    plain, untrained, tuned = probe["plain"], probe["YaRN, untrained"], probe["YaRN, fine-tuned"]
+    assert plain["inside"] >= 0.9 and plain["beyond"] <= 0.1
+    assert untrained["beyond"] > plain["beyond"] + 0.3 and untrained["inside"] < plain["inside"]
+    assert max(res["probe"]["grids"]["YaRN, untrained"][-1]) <= 0.1  # depth 1.0: the key before the question
+    assert tuned["inside"] > untrained["inside"] and tuned["beyond"] > untrained["beyond"]
+    assert plain["text_loss_at_longest"] < untrained["text_loss_at_longest"] < tuned["text_loss_at_longest"]
+    assert len(res["probe"]["ft_losses"]) == 12 and res["probe"]["trained_length"] == 128
     assert res["qwen3_rope_warnings"] == [] and res["example_rebuilt"]
     assert res["exercise_3_passed"]  # the solution the exercise shows passes its own check
 

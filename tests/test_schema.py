@@ -81,10 +81,13 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
 
 
 def test_yarn_on_another_model_needs_its_trained_length():
-    schema.check("02_yarn", {"MODEL": "base", "TRAINED_LENGTH": 0})
-    schema.check("02_yarn", {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 32768})
+    ours = {"MODEL": "base", "PROBE_MODEL": "retrieval"}  # the two miniatures know their trained lengths
+    schema.check("02_yarn", ours | {"TRAINED_LENGTH": 0})
+    schema.check("02_yarn", ours | {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 32768})
     with pytest.raises(LongctxError, match="TRAINED_LENGTH=0 must be set when MODEL is not 'base'"):
-        schema.check("02_yarn", {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
+        schema.check("02_yarn", ours | {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
+    with pytest.raises(LongctxError, match="TRAINED_LENGTH=0 must be set when PROBE_MODEL is not 'retrieval'"):
+        schema.check("02_yarn", ours | {"PROBE_MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
 
 
 def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):

@@ -3,8 +3,10 @@
 import contextlib
 import ctypes
 import multiprocessing
+import os
 import signal
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -99,11 +101,52 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
     return results
 
 
-def oom_kills() -> int:
-    """How many processes the kernel's out-of-memory killer has stopped so far (/proc/vmstat's oom_kill counts every
-    kill, a memory cgroup's too): a rise across a child's death says the OOM killer took it. 0 where unreadable."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/vmstat").read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-    return 0
+class OwnMemory:
+    """This process, and every process it starts inside the block (a notebook's kernel, the ranks that kernel
+    launches), in a memory cgroup of their own, so that an out-of-memory kill is pinned on them and not on a process
+    elsewhere on the machine (another sweep point's, say). Linux counts each OOM kill in the victim's cgroup; the
+    new cgroup has no limit of its own. Where Linux does not let this process make one (not root, cgroup v2 without
+    delegation), `oom_killed()` says None: no evidence either way. Leaving, the process goes back where it was."""
+
+    def __enter__(self) -> "OwnMemory":
+        self.path = None
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            home = _memory_cgroup()
+            path = home / f"longctx-{os.getpid()}-{time.monotonic_ns()}"
+            path.mkdir()
+            try:
+                (path / "cgroup.procs").write_text(str(os.getpid()))
+            except OSError:
+                path.rmdir()
+                raise
+            self.home, self.path = home, path
+        return self
+
+    def oom_killed(self) -> bool | None:
+        """Whether the out-of-memory killer stopped a process of the block; None without a cgroup to tell."""
+        if self.path is None:
+            return None
+        events = "memory.events" if (self.path / "memory.events").exists() else "memory.oom_control"  # v2, v1
+        counts = dict(line.split() for line in (self.path / events).read_text().splitlines())
+        return int(counts.get("oom_kill", 0)) > 0
+
+    def __exit__(self, *exc) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):  # a process left inside keeps the folder; it holds no limit
+                (self.home / "cgroup.procs").write_text(str(os.getpid()))
+                self.path.rmdir()
+
+
+def _memory_cgroup() -> Path:
+    """The folder of this process's memory cgroup: cgroup v1's memory hierarchy, else the v2 one's."""
+    lines = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
+    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    for _, controllers, where in lines:
+        if "memory" in controllers.split(","):  # v1
+            root = next(m[1] for m in mounts if m[2] == "cgroup" and "memory" in m[3].split(","))
+            return Path(root) / where.lstrip("/")
+    where = next(w for _, c, w in lines if c == "")
+    root = next(m[1] for m in mounts if m[2] == "cgroup2")
+    if "memory" not in (Path(root) / where.lstrip("/") / "cgroup.controllers").read_text().split():
+        raise ValueError("no memory controller in this cgroup")
+    return Path(root) / where.lstrip("/")

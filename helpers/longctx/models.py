@@ -10,7 +10,7 @@ from pathlib import Path
 from longctx import device
 from longctx.errors import LongctxError, check_choice
 from longctx.files import json_object
-from longctx.paths import user_path
+from longctx.paths import MINIATURES, user_path
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,14 @@ def is_local_config(path: Path) -> bool:
 
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model that is none of: a preset, an existing config.json or model folder,
-    a hub id ('org/name'), or (notebook 02) "base"."""
+    a hub id ('org/name'), or (notebook 02) one of the lessons' miniatures ("base", "retrieval")."""
     _check_not_empty(spec)
     path = user_path(spec, "The model")
-    if spec in PRESETS or (allow_base and spec == "base") or (HUB_ID.match(spec) and not path.exists()):
+    if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
         return
     if not is_local_config(path):
-        raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}" + (", or 'base'." if allow_base else "."))
+        ours = f", or one of the lessons' own: {', '.join(map(repr, MINIATURES))}." if allow_base else "."
+        raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}{ours}")
     refuse_custom_code(path)
 
 

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import yaml
+
 from longctx import quiet, versions
 from longctx.files import atomic
-from longctx.paths import build_dir
+from longctx.paths import build_dir, schema_file
 
 
 def jsonable(value):
@@ -75,10 +77,14 @@ def start(notebook: str, params: dict) -> Session:
     out.mkdir(parents=True, exist_ok=True)
     v = versions()
     print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
+    # the declared parameters only: a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too
+    if (declared := schema_file(notebook)).is_file():  # the template has none yet
+        params = {k: v for k, v in params.items() if k in yaml.safe_load(declared.read_text())["properties"]}
     return Session(notebook, dict(params), out)
 
 
 def parameters(namespace: dict) -> dict:
-    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides)."""
+    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides); `start` keeps the
+    ones its schema declares."""
     kinds = (int, float, str, bool, list, tuple, type(None))
     return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_") and isinstance(v, kinds)}

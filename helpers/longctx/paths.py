@@ -60,6 +60,14 @@ def data_dir() -> Path:
     return _folder("LONGCTX_DATA", REPO / "data")
 
 
+# the lessons' own models, by the name a notebook's MODEL gives them: their folders under data/
+MINIATURES = {"base": "yarn-base", "retrieval": "retrieval-base"}
+
+
+def miniature(name: str) -> Path:
+    return data_dir() / MINIATURES[name]
+
+
 def build_dir() -> Path:
     """Executed notebooks, results and figures. LONGCTX_BUILD overrides."""
     return _folder("LONGCTX_BUILD", REPO / "build")
@@ -67,6 +75,11 @@ def build_dir() -> Path:
 
 def notebooks_dir() -> Path:
     return REPO / "notebooks"
+
+
+def schema_file(notebook: str) -> Path:
+    """Where a lesson declares its parameters (run/schema.py checks them; a session records them)."""
+    return notebooks_dir() / "params" / notebook / "schema.yaml"
 
 
 def slug(value) -> str:

@@ -115,6 +115,17 @@ def category_bars(rows: dict[str, dict[str, int]], ax=None):
     ax.legend()
 
 
+def profile_timelines(shown: dict, unit: float = GIB, capacity: float | None = None) -> dict:
+    """One figure for each `name: (profile, title)`, drawn by profile_timeline on one y scale so their heights
+    compare: the highest peak with a tenth of headroom, or the capacity line if higher. Each name's axes."""
+    top = max(max(prof.peak_bytes for prof, _ in shown.values()) / unit * 1.1, (capacity or 0) * 1.05)
+    drawn = {}
+    for name, (prof, title) in shown.items():
+        drawn[name] = profile_timeline(prof, unit=unit, title=title, capacity=capacity)
+        drawn[name].set_ylim(0, top)
+    return drawn
+
+
 @styled
 def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None, capacity: float | None = None):
     """A step's live memory over time as stacked categories, phases shaded, the peak marked. Where the profile
@@ -275,3 +286,18 @@ def time_breakdown(times: dict[str, dict], ax=None, title: str | None = None):
         ax.set_title(title, fontsize=9)
     ax.figure.set_size_inches(ax.figure.get_size_inches()[0], 1.8 + 0.45 * len(labels))
     ax.figure.tight_layout()
+
+
+@styled
+def retrieval_heatmap(grid: np.ndarray, lengths, depths, trained: int | None = None, ax=None, title=None):
+    """Pass-key accuracy (levers/passkey.heatmap's grid: a row per depth, a column per length) as a heatmap with
+    each cell's share written in it, and a dotted line after the last length inside the trained range."""
+    ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    ax.grid(False)  # the cells are the grid
+    for (i, j), share in np.ndenumerate(grid):
+        ax.text(j, i, f"{share:.2f}", ha="center", va="center", fontsize=7, color="w" if share < 0.6 else "k")
+    ax.set_xticks(range(len(lengths)), [f"{n:,}" for n in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+    ax.set(xlabel="document length (tokens)", ylabel="depth of the pass key", title=title)
+    if trained is not None and (inside := sum(n <= trained for n in lengths)):
+        ax.axvline(inside - 0.5, color="w", ls=":", lw=1.5)

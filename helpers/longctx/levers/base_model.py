@@ -11,18 +11,27 @@ from pathlib import Path
 from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained, torch_dtype
-from longctx.paths import data_dir, user_path
+from longctx.paths import data_dir, miniature, user_path
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
 BASE = dict(
     preset="small", rope_theta=100.0, seq_len=128, steps=1000, batch=32, learning_rate=3e-3, warmup_steps=100, seed=0,
     retrieval=0.0,  # the share of training windows that are pass-key documents (levers/passkey.py)
+    answer_only=False,  # pass-key documents teach only their answer: the loss on the key's tokens, not the filler
+    scheduler="cosine", init="",  # init: a model folder to go on training (its preset and RoPE base are kept)
 )  # fmt: skip
+SCHEDULERS = ("cosine", "constant")
 MAX_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
 
 
 def checkpoint_dir() -> Path:
-    return data_dir() / "yarn-base"
+    return miniature("base")
+
+
+def retrieval_dir() -> Path:
+    """The miniature taught to copy a pass key (the retrieval probe's, lesson 02): the base model trained on
+    pass-key documents, its manifest holding each stage's command."""
+    return miniature("retrieval")
 
 
 def pretrain(out: str | Path | None = None, *, progress: bool = True, force: bool = False, **options) -> Path:
@@ -53,6 +62,19 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
             raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
     if not 0 <= p["retrieval"] <= 1:
         raise LongctxError(f"--retrieval is a share of the training windows, from 0 to 1; got {p['retrieval']!r}.")
+    if p["answer_only"] and not p["retrieval"]:
+        raise LongctxError("--answer-only labels the pass-key documents' answers: give --retrieval a share above 0.")
+    if p["scheduler"] not in SCHEDULERS:
+        raise LongctxError(f"--scheduler is one of {', '.join(SCHEDULERS)}; got {p['scheduler']!r}.")
+    before = None  # the manifest of the model training goes on from
+    if p["init"]:
+        if kept := sorted({"preset", "rope_theta"} & set(options)):
+            flags = " and ".join(f"--{k.replace('_', '-')}" for k in kept)
+            raise LongctxError(f"--init {p['init']} goes on training that model, with its own {flags}: drop {flags}.")
+        if not (init := user_path(p["init"], "--init", resolve=True)).joinpath("manifest.json").is_file():
+            raise LongctxError(f"--init {p['init']}: no model trained by `longctx pretrain` there (no manifest.json).")
+        before = manifest(init)
+        p["preset"], p["rope_theta"] = before["params"]["preset"], before["params"]["rope_theta"]
     if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
         raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
@@ -60,14 +82,18 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
     model_files |= {"manifest.json", data.CHECKSUMS}
     out = files.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
-    rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
-    model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
+    if before is None:
+        rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
+        model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
+    else:
+        model = load_base(p["init"]).train()
+    trained = max(p["seq_len"], before["trained_length"] if before else 0)  # the longest position it has seen
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     if p["retrieval"]:
-        dataset = _with_pass_keys(dataset, p["retrieval"], p["seq_len"], p["seed"])
+        dataset = _with_pass_keys(dataset, p["retrieval"], p["seq_len"], p["seed"], answer_only=p["answer_only"])
     with files.staging(out) as tmp:
         how = dict(max_steps=p["steps"], per_device_train_batch_size=p["batch"], learning_rate=p["learning_rate"], seed=p["seed"])
-        how |= dict(lr_scheduler_type="cosine", warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20))
+        how |= dict(lr_scheduler_type=p["scheduler"], warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20))
         cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), extra={"disable_tqdm": not progress}, **how)
         result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
         if not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
@@ -79,25 +105,40 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         staged = Path(tmp) / "model"
         model.save_pretrained(staged, safe_serialization=True)
         data.tokenizer().save_pretrained(staged)
-        manifest = {
+        written = {
             "params": p,
-            "trained_length": p["seq_len"],
+            "trained_length": trained,
             "final_loss": result.losses[-1],
             "losses": result.losses,
             "seconds": result.seconds,
-            "command": "longctx pretrain " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in p.items()),
+            "command": _command(p, options),
             "params_count": models.n_params(model),
             "created": time.strftime("%Y-%m-%d"),
         }
-        (staged / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        if before is not None:
+            written["init"] = before  # the whole history: each stage's parameters and command
+        (staged / "manifest.json").write_text(json.dumps(written, indent=2))
         data.write_checksums(staged)
         files.place(staged, out, "pretrain")  # the training run's folder goes with the temporary one
     return out
 
 
-def _with_pass_keys(dataset, share: float, length: int, seed: int):
+def _command(p: dict, options: dict) -> str:
+    """The command that trains this model again: every option, a switch as its flag, an init's kept ones left out."""
+    words = ["longctx pretrain"]
+    for k, v in p.items():
+        flag = f"--{k.replace('_', '-')}"
+        if isinstance(v, bool):
+            words += [flag] if v else []
+        elif not (k == "init" and not v) and not (p["init"] and k in ("preset", "rope_theta")):
+            words += [flag, str(v)]
+    return " ".join(words)
+
+
+def _with_pass_keys(dataset, share: float, length: int, seed: int, *, answer_only: bool = False):
     """`dataset` with `share` of its windows made pass-key documents, each on its own window as filler, the key at a
-    random depth (the probe's documents, from the training books)."""
+    random depth (the probe's documents, from the training books). With `answer_only`, a `labels` column: -100 (no
+    loss) everywhere in a pass-key document but its key, the whole window for the others."""
     import numpy as np
     from datasets import Dataset
 
@@ -105,9 +146,11 @@ def _with_pass_keys(dataset, share: float, length: int, seed: int):
     from longctx.levers import passkey
 
     rng, rows, tok = np.random.default_rng(seed), list(dataset["input_ids"]), data.tokenizer()
+    labels = [list(r) for r in rows]
     for i in rng.choice(len(rows), round(share * len(rows)), replace=False):
-        rows[i] = passkey.document(rows[i], tok, passkey.key_text(rng), float(rng.uniform()), length).input_ids
-    return Dataset.from_dict({"input_ids": rows})
+        doc = passkey.document(rows[i], tok, passkey.key_text(rng), float(rng.uniform()), length)
+        rows[i], labels[i] = doc.input_ids, passkey.answer_labels(doc) if answer_only else doc.input_ids
+    return Dataset.from_dict({"input_ids": rows} | ({"labels": labels} if answer_only else {}))
 
 
 def load_base(path: str | Path | None = None, *, wanted: int | None = None, **yarn):

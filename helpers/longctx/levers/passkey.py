@@ -42,6 +42,11 @@ def document(filler: list[int], tok, key: str, depth: float, length: int) -> Doc
     return Document(ids, range(end - len(answer), end), depth, length)
 
 
+def answer_labels(doc: Document) -> list[int]:
+    """Labels that teach only the answer: the key's tokens, -100 (no loss) on the filler, the needle and the question."""
+    return [t if at in doc.answer else -100 for at, t in enumerate(doc.input_ids)]
+
+
 def documents(length: int, depths, n: int, *, tokenizer, dataset: str = "corpus", split="validation", seed=0):
     """`n` documents at each depth, `length` tokens each: filler from `split` of `dataset` (held-out books by default),
     a fresh key each."""

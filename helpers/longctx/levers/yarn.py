@@ -9,6 +9,8 @@ import torch
 
 from longctx import models
 from longctx.errors import LongctxError
+from longctx.levers import base_model
+from longctx.paths import MINIATURES, miniature
 
 
 @torch.no_grad()
@@ -36,14 +38,13 @@ def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> n
 
 
 def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: str = "fp32"):
-    """ "base" → the lesson's pretrained model; a hub id or path → that model (its `trained` length given) in `dtype`,
-    on this machine's accelerator. With `wanted`, YaRN for wanted / trained positions (`beta_fast` None: the default)."""
+    """ "base" → the lesson's pretrained model, "retrieval" → the one taught to copy a pass key; a hub id or path → that
+    model (its `trained` length given) in `dtype`, on this machine's accelerator. With `wanted`, YaRN for wanted /
+    trained positions (`beta_fast` None: the default)."""
     from longctx.levers import rope
 
-    if spec == "base":
-        from longctx.levers.base_model import load_base
-
-        return load_base(wanted=wanted, beta_fast=beta_fast)
+    if spec in MINIATURES:
+        return base_model.load_base(miniature(spec), wanted=wanted, beta_fast=beta_fast)
     if not trained:
         raise LongctxError(f"{spec}: give its trained length (TRAINED_LENGTH) to place the YaRN rescaling.")
     cfg = models.config(spec)
@@ -74,7 +75,7 @@ def tokenizer_for(spec: str):
     """The model's tokenizer: the corpus BPE for "base" (trained on its ids), a hub id's or model folder's own."""
     from longctx import data
 
-    return data.tokenizer() if spec == "base" else data.tokenizer_for(spec)
+    return data.tokenizer() if spec in MINIATURES else data.tokenizer_for(spec)
 
 
 def text_windows(length: int, n: int, *, dataset: str, tokenizer=None, held_out: bool = True, seed: int = 0):

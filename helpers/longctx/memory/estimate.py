@@ -418,6 +418,8 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
     for _ in range(8):
         (x0, x1) = points[-2:]
         slope = (peak(x1) - peak(x0)) / (x1 - x0)
+        if slope <= 0:  # a peak that does not grow with length here (an optimizer's, on a small model): walk up
+            break
         guess = max(multiple, int((x1 + (capacity_gib - peak(x1)) / slope) // multiple * multiple))
         if guess in points:
             break
@@ -435,7 +437,10 @@ def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, 
     while high is None:  # nothing known to fail above the best fit: walk up, doubling the stride
         n = low + step
         if n * levers.get("batch", 1) > MAX_TOKENS:
-            break
+            raise LongctxError(
+                f"The estimated peak stays within {capacity_gib:g} GiB up to {low:,} tokens and the estimator goes no "
+                f"further ({MAX_TOKENS:,} tokens a step): the reach is beyond what longctx can tell."
+            )
         low, high, step = (n, None, step * 2) if peak(n) <= capacity_gib else (low, n, step)
     while high is not None and high - low > multiple:  # bisection on multiples: peak grows with length
         mid = (low + high) // 2 // multiple * multiple

@@ -19,7 +19,7 @@ from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
 from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
-from longctx.paths import CORPUS, build_dir, data_dir, notebooks_dir, user_path
+from longctx.paths import CORPUS, MINIATURES, build_dir, data_dir, miniature, notebooks_dir, user_path
 from longctx.run import needs, schema
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
@@ -166,7 +166,7 @@ def split_top_level(text: str) -> list[str]:
 def _absolute(value):
     """A relative path that exists here, made absolute (the kernel runs in the output folder); names the library
     gives a meaning (a preset, "base", the corpus) stay names, whatever the current folder holds."""
-    if not isinstance(value, str) or value in PRESETS or value in ("base", CORPUS) or Path(value).is_absolute():
+    if not isinstance(value, str) or value in PRESETS or value in (*MINIATURES, CORPUS) or Path(value).is_absolute():
         return value
     path = user_path(value, "The path", resolve=True)
     return str(path) if path.exists() else value
@@ -184,9 +184,11 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
     for key in needs.MODEL_PARAMETERS:
         if isinstance(values.get(key), str):
-            check_spec(values[key], allow_base=notebook.stem == "02_yarn" and key == "MODEL")
-    if notebook.stem == "02_yarn" and merged.get("MODEL") == "base":  # the committed base model
-        manifest()
+            check_spec(values[key], allow_base=notebook.stem == "02_yarn")
+    if notebook.stem == "02_yarn":  # the committed miniatures it names
+        for key in ("MODEL", "PROBE_MODEL"):
+            if merged.get(key) in MINIATURES:
+                manifest(miniature(merged[key]))
 
 
 # what a run leaves: the notebook's stem and size, its folder and executed copy, its results.json and its seconds
@@ -241,9 +243,10 @@ def run(
     results_path, executed = out / "results.json", out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
         old.unlink(missing_ok=True)
-    start, kills_before = time.perf_counter(), children.oom_kills()
+    start = time.perf_counter()
     failed = None  # a cell's error or the kernel's death: raised once the executed notebook is in place
-    with files.atomic(executed) as writing, warnings.catch_warnings():  # a failed write leaves nothing half-written
+    # a failed write leaves nothing half-written; the kernel's memory cgroup pins an OOM kill on it, not on the machine
+    with files.atomic(executed) as writing, warnings.catch_warnings(), children.OwnMemory() as memory:
         warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
         try:
             with mock.patch.dict(os.environ, LONGCTX_OUT=str(out), LONGCTX_SIZE=size):  # the kernel's session reads them
@@ -252,13 +255,16 @@ def run(
             why = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
             failed = NotebookFailed(f"{why}. The executed notebook is at {executed}.", exc.ename, exc.evalue)
         except DeadKernelError as exc:  # killed from outside, or it exited
-            killed = children.oom_kills() > kills_before  # a result, like any out-of-memory error (a sweep keeps it)
-            why = (
-                "the operating system's out-of-memory killer stopped the kernel; lower the lengths or batch with -p."
-                if killed
-                else f"the kernel died ({exc}) and the operating system recorded no out-of-memory kill: something ended it (a "
-                "cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run it again."
-            )
+            killed = memory.oom_killed()  # a result, like any out-of-memory error (a sweep keeps it)
+            why = {
+                True: "the operating system's out-of-memory killer stopped the kernel (its own memory cgroup counted the "
+                "kill); lower the lengths or batch with -p.",
+                False: f"the kernel died ({exc}) and its memory cgroup counted no out-of-memory kill: something ended it "
+                "(a cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run it again.",
+                None: f"the kernel died ({exc}). Whether memory ran out cannot be told here: Linux let longctx make no memory "
+                "cgroup for the kernel (that takes root or a delegated cgroup), and the machine-wide OOM count could be "
+                "anyone's. Run it again, or in JupyterLab to see the cell.",
+            }[killed]
             failed = NotebookFailed(f"{notebook.stem}: {why}", OOM_KILLED if killed else "DeadKernelError", str(exc))
             if files.json_object(writing) is None:  # papermill may or may not have written it whole after the death
                 raise failed from None

@@ -13,7 +13,7 @@ from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
 from longctx.models import PRESETS, has_weights, is_local_config
-from longctx.paths import notebooks_dir, user_path
+from longctx.paths import MINIATURES, schema_file, user_path
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: type(v) is int)
@@ -31,7 +31,7 @@ _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
 
 @lru_cache(maxsize=None)
 def schema(notebook: str) -> dict:
-    path = notebooks_dir() / "params" / notebook / "schema.yaml"
+    path = schema_file(notebook)
     if not path.is_file():
         raise LongctxError(f"{notebook} has no parameter schema ({path}); a lesson declares its parameters there.")
     return yaml.safe_load(path.read_text())
@@ -46,7 +46,7 @@ def _card(value, context):
 
 
 def _weights(value, context):
-    if context["weights"] and isinstance(value, str) and value not in (*PRESETS, "base"):
+    if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
             if is_local_config(path := user_path(value, "The model")) and not has_weights(path):
                 return (

@@ -237,7 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     command("figures", _cmd_figures, what, size, out, force, quiet, timeout)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
     for key, value in base_model.BASE.items():
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=None, help=f"default {value}")
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool):  # a switch: --answer-only / --no-answer-only
+            p.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=f"default {value}")
+        else:
+            p.add_argument(flag, dest=key, type=type(value), default=None, help=f"default {value!r}")
     p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet, timeout)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
     p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)

@@ -25,9 +25,8 @@ from tqdm.auto import tqdm
 
 from longctx import children, data, files
 from longctx.errors import LongctxError, check_choice
-from longctx.levers.base_model import checkpoint_dir
 from longctx.notebook import jsonable, write_json_atomic
-from longctx.paths import REPO, build_dir, data_dir, slug, user_path
+from longctx.paths import MINIATURES, REPO, build_dir, data_dir, miniature, slug, user_path
 from longctx.run import harness, needs
 
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
@@ -118,7 +117,7 @@ class Sweep:
         """The identity of the local files a point reads: model folders and datasets its parameters name (the
         base model for "base"), and data/. Replaced weights or edited data make a new experiment."""
         named = {k: v for k, v in self.params(point).items() if k in needs.PATH_PARAMETERS and isinstance(v, str)}
-        paths = {k: checkpoint_dir() if v == "base" else user_path(v, k) for k, v in named.items()}
+        paths = {k: miniature(v) if v in MINIATURES else user_path(v, k) for k, v in named.items()}
         found = {k: _stats(p, p.rglob("*")) if p.is_dir() else _stats(p.parent, [p.name]) for k, p in paths.items() if p.exists()}
         return found | {"data": self._data}
 
