@@ -238,3 +238,14 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
     data.tokenizer()
     listed = json.loads((data_copy / "manifest.json").read_text())
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
+
+
+def test_a_hidden_file_beside_the_books_is_not_a_book():
+    corpus = data.data_dir() / "corpus"
+    before = [b.name for b in data.books("train")]
+    hidden = corpus / ".notes.txt"  # an editor's swap or a user's note: verify leaves hidden files alone
+    hidden.write_text("not a book")
+    try:
+        assert [b.name for b in data.books("train")] == before
+    finally:
+        hidden.unlink()

@@ -377,7 +377,7 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
     (sw.folder(first) / "point.json").write_text(
         json.dumps({"status": "ok", "key": sw.key(first), "results": {"measured_peak_chunked_mib": 1.0}})
     )
-    with pytest.raises(LongctxError, match="No result named 'measured_peak_chunkd_mib'.*measured_peak_chunked_mib"):
+    with pytest.raises(LongctxError, match="'measured_peak_chunkd_mib' was not reported.*measured_peak_chunked_mib"):
         sweep.run(sw, metric="measured_peak_chunkd_mib", progress=False)
     assert not sw.folder(sw.points()[1]).exists()  # the second point never ran
 
@@ -606,7 +606,10 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         (lambda t, m: ["estimate", "--model", _write(t, "list.json", "[1, 2]"), "--seq-len", "1k"], "holds a JSON list, not an"),
         (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576: over"),
         (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "64", "--gpus", "64"], "use at most 32 ranks"),
-        (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"], "at most 64 GPUs; pick fewer"),
+        (
+            lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"],
+            "at most 64 GPUs; use --gpus 64 or fewer",
+        ),
         (lambda t, m: ["estimate", "--model", _dev_zero_config(t), "--seq-len", "1k"], "config.json is not a regular file"),
         (
             lambda t, m: ["run", _write(t, "notes.ipynb", "my notes"), "--size", "ci", "--out", str(t / "out")],
@@ -695,3 +698,42 @@ def test_a_session_records_the_declared_parameters_only(tmp_path, monkeypatch):
     namespace = {"MODEL": "tiny", "SEQ_LEN": 256, "DEVICE": "cpu", "MY_MODEL": "mine", "P": 3, "lower": 1}
     session = notebook.start("00_memory_primer", notebook.parameters(namespace))
     assert session.params == {"MODEL": "tiny", "SEQ_LEN": 256}
+
+
+def test_results_json_is_json_whatever_a_lesson_records(tmp_path):
+    import json
+    import math
+
+    import numpy as np
+
+    from longctx.notebook import Session
+
+    session = Session("00_memory_primer", {}, tmp_path)
+    session.record(seconds=math.inf, ratio=np.float64("nan"), rows=np.array([1.0, np.inf]), fine=2.5)
+    session.save()
+    results = json.loads((tmp_path / "results.json").read_text(), parse_constant=lambda c: pytest.fail(c))["results"]
+    assert results == {"seconds": None, "ratio": None, "rows": [1.0, None], "fine": 2.5}
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
+    from filelock import FileLock
+
+    from longctx import files
+
+    out = tmp_path / "out"
+    files.claim_folder(out, "run")
+    (out / "figures").mkdir()
+    (out / "figures" / "old.png").write_bytes(b"an earlier run's")
+    with FileLock(out / ".lock"):  # as the first run holds it
+        with pytest.raises(LongctxError, match="Another run is writing into"):
+            harness.run("00", "ci", out=out, progress=False)
+    assert (out / "figures" / "old.png").exists()  # the refused run touched nothing
+
+
+def test_a_config_nested_past_any_reader_is_refused_by_name(tmp_path):
+    from longctx import models
+
+    deep = tmp_path / "config.json"
+    deep.write_text('{"a":' * 200_000 + "1" + "}" * 200_000)
+    with pytest.raises(LongctxError, match="nested too deeply to read"):
+        models.config(str(deep))

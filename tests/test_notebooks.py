@@ -196,7 +196,11 @@ def test_08_packing(ran):
     assert max(ways["padding-free"]["kib_a_token"], ways["packed"]["kib_a_token"]) < ways["padded"]["kib_a_token"]
     # packed documents score as they do alone (the block-diagonal mask from position_ids); without them, a leak
     assert res["look_inside"]["packed"] < 1e-4 < 1e-2 < res["look_inside"]["leaked"]
-    assert res["packed_documents"] >= 2 and res["packed_vs_alone"] < 1e-4
+    for way, row in res["in_rows"].items():  # the trainers' own rows, document by document
+        assert row["documents"] >= 2 and row["largest_gap"] < 1e-4, way
+    # the padded and padding-free batches hold the same documents: the same targets, the same loss
+    assert ways["padded"]["real_tokens"] == ways["padding-free"]["real_tokens"]
+    assert ways["padded"]["loss"] == pytest.approx(ways["padding-free"]["loss"], abs=1e-4)
     # the mask is a real row x row allocation in the packed step, 16 GiB at 131,072 tokens
     assert res["mask"]["found"] >= 1 and res["mask"]["full_gib"] == 16.0
     # a token at a longer length costs more GPU time

@@ -46,6 +46,7 @@ def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
         (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "GPU memory must be a positive number of GiB"),
         (dict(seq_len=1048576, gpus=1024, gpu_memory_gib=80), "at most 64 GPUs"),
         (dict(seq_len=1048576, gpus=1, gpu_memory_gib=80, mixed_precision=True), "--gpus 2 or more"),
+        (dict(seq_len=1048576, gpus=10**20, gpu_memory_gib=80), "use --gpus 64 or fewer"),
     ],
     ids=[
         "gpus-not-a-power-of-two",
@@ -53,6 +54,7 @@ def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
         "no-gpu-memory",
         "more-ranks-than-traced",
         "mixed-precision-without-a-cp-step",
+        "far-more-gpus-than-modelled",
     ],
 )
 def test_plan_refusals(kwargs, fragment):

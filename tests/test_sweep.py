@@ -351,8 +351,10 @@ def _why_still_running(pid: int, out: Path, log: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs):
+@pytest.mark.parametrize(
+    "jobs,stop", [(1, signal.SIGINT), (2, signal.SIGINT), (2, signal.SIGTERM)], ids=["ctrl-c", "ctrl-c-2-jobs", "sigterm-2-jobs"]
+)
+def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs, stop):
     if jobs > (os.cpu_count() or 1):
         pytest.skip(f"--jobs {jobs} needs {jobs} CPU cores")
     out, log = tmp_path / "sw", tmp_path / "sweep.log"
@@ -364,7 +366,10 @@ def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs):
     while len(list((out / "points").glob(".*.tmp-*"))) < jobs and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert proc.poll() is None, log.read_text()
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole foreground group
+    if stop == signal.SIGINT:
+        os.killpg(proc.pid, stop)  # what Ctrl-C in a terminal sends: the whole foreground group
+    else:
+        proc.send_signal(stop)  # `kill PID`, a service manager's stop: the main process alone
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -373,8 +378,9 @@ def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs):
         proc.wait()
         pytest.fail(f"the sweep did not stop within 60 s of Ctrl-C:\n{why}")
     text = log.read_text()
-    assert proc.returncode == 130, text
-    assert "longctx: interrupted" in text and "Traceback" not in text, text
+    assert proc.returncode == 128 + stop, text
+    assert ("longctx: interrupted" if stop == signal.SIGINT else "longctx: stopped (SIGTERM)") in text, text
+    assert "Traceback" not in text, text
     time.sleep(2)  # a kernel already starting when the sweep was interrupted
     deadline = time.time() + 10
     while _left_behind(proc.pid, out) and time.time() < deadline:  # workers and kernels: gone at once
@@ -490,5 +496,9 @@ def test_a_metric_is_checked_against_the_flattened_names_the_table_shows(tmp_pat
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
     done = [{"status": "error"}, {"status": "ok", "results": {"peak": {"plain_mib": 1.0}, "note": "x"}}]
     sweep._check_metric("peak.plain_mib", sw, done)  # a column of sweep.csv
-    with pytest.raises(LongctxError, match=r"No result named 'peak\.plain': the finished point reported peak\.plain_mib\."):
+    with pytest.raises(
+        LongctxError, match=r"'peak\.plain' was not reported: the finished point reported the numbers peak\.plain_mib\."
+    ):
         sweep._check_metric("peak.plain", sw, done)
+    with pytest.raises(LongctxError, match=r"'note' is str, not a number to plot"):  # an empty plot otherwise
+        sweep._check_metric("note", sw, done)

@@ -76,6 +76,13 @@ def stop_tree(proc) -> None:
 def _pool_worker() -> None:
     stop_with_parent()  # a worker ends when the process that started it does (and its children with it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops the workers itself
+    signal.signal(signal.SIGTERM, _end_worker)
+
+
+def _end_worker(signum, frame) -> None:
+    """A pool worker stopped (its parent gone, or a `kill`): its kernel and everything below go with it."""
+    kill_trees([p.pid for p in psutil.Process().children()])
+    os._exit(128 + signum)
 
 
 def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:

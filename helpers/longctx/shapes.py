@@ -3,6 +3,9 @@ attention kinds of a config, and the plan check every CP/SP entry point shares."
 
 from longctx.errors import LongctxError, check_positive_int
 
+# 8 nodes of 8: a CP estimate traces each step of the ring, so its time grows with the ranks
+MAX_CP = 64
+
 
 def padded_length(seq_len: int, cp_size: int) -> int:
     """The next length CP accepts: a multiple of 2·cp_size."""
@@ -33,8 +36,8 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
             f"cp_size={cp_size} with sp_size={sp_size}: accelerate runs torch context parallelism (FSDP2) or DeepSpeed "
             "Ulysses, not both in one run; choose one of them."
         )
-    if cp_size > 64:  # 8 nodes of 8; a CP estimate traces each step of the ring, so its time grows with the ranks
-        raise LongctxError(f"cp_size={cp_size}: longctx models context parallelism over at most 64 GPUs; pick fewer.")
+    if cp_size > MAX_CP:
+        raise LongctxError(f"cp_size={cp_size}: longctx models context parallelism over at most {MAX_CP} GPUs; pick fewer.")
     if cp_size > 1:
         if packing:
             raise LongctxError(

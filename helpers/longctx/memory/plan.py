@@ -13,13 +13,15 @@ from longctx import children, models
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.memory import cards, timing
 from longctx.memory.estimate import check_levers, estimate
-from longctx.shapes import check_plan
+from longctx.shapes import MAX_CP, check_plan
 from longctx.units import GIB
 
 
 def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa", mixed_precision=False) -> float:
     """Refuse, before minutes of estimates, what only the plan knows (its GPUs), then what its largest CP step and its
     estimates would refuse; return the GPU memory in GiB (cards.capacity: a positive number, or a card's name)."""
+    if isinstance(gpus, int) and gpus > MAX_CP:  # before the power-of-two advice, which would be as far out
+        raise LongctxError(f"--gpus {gpus}: longctx models CP over at most {MAX_CP} GPUs; use --gpus {MAX_CP} or fewer.")
     if not is_power_of_two(gpus):
         lower = 1 << max(gpus.bit_length() - 1, 0) if isinstance(gpus, int) else 1
         raise LongctxError(

@@ -6,6 +6,7 @@ import ast
 import contextlib
 import json
 import os
+import shutil
 import time
 import warnings
 from collections import namedtuple
@@ -14,6 +15,7 @@ from unittest import mock
 
 import nbformat
 import yaml
+from filelock import FileLock, Timeout
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
@@ -225,9 +227,6 @@ def run(
 ) -> RunResult:  # fmt: skip
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/), stopped with everything it
     started after `timeout` minutes (default: time_limit's)."""
-    import papermill as pm
-    from nbclient.exceptions import DeadKernelError
-
     from longctx.data import require_corpus
 
     check_choice("size", size, SIZES)
@@ -240,9 +239,22 @@ def run(
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
     out = files.claim_folder(target, "run")
+    try:  # one run at a time in a folder: filelock's OS lock, released even when its holder is killed
+        with FileLock(out / ".lock", timeout=0):
+            return _run_claimed(notebook, size, params, out, progress, limit, limit_how)
+    except Timeout:
+        raise LongctxError(f"Another run is writing into {out}; wait for it to end, or give this one another --out.") from None
+
+
+def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: bool, limit: float, limit_how: str) -> RunResult:
+    """`run`'s work once the folder is its own and locked."""
+    import papermill as pm
+    from nbclient.exceptions import DeadKernelError
+
     results_path, executed = out / "results.json", out / notebook.name
     for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
         old.unlink(missing_ok=True)
+    shutil.rmtree(out / "figures", ignore_errors=True)  # nor an earlier run's figures beside its own
     start = time.perf_counter()
     failed = None  # a cell's error or the kernel's death: raised once the executed notebook is in place
     # a failed write leaves nothing half-written; the kernel's memory cgroup pins an OOM kill on it, not on the machine

@@ -123,7 +123,8 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
     if kind == "type":
         wanted = arg if isinstance(arg, str) else next(t for t in arg if t != "null")
         why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}"
-        why += f" (quote it to pass it as text: -p '{name}=\"{bad}\"')" if wanted == "string" else ""
+        typed = yaml.safe_dump(bad, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()  # as -p read it
+        why += f" (quote it to pass it as text: -p '{name}=\"{typed}\"')" if wanted == "string" else ""
         why += f" (a list is written in brackets: -p '{name}=[{bad}]')" if wanted == "array" and _num(bad) else ""
         with contextlib.suppress(LongctxError):  # a length such as 1M or 96k, written out
             why += f" (write {bad} as -p {name}={parse_length(bad)})" if wanted == "integer" and isinstance(bad, str) else ""

@@ -274,12 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or a stop from outside (SIGTERM: `kill`, `scancel`, a service manager), with its number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _interrupt(signum, frame) -> None:
-    # Ctrl-C kills the kernels first: nbclient's graceful shutdown of one still starting once hung a sweep past 60 s
+    # the kernels first: nbclient's graceful shutdown of one still starting once hung a sweep past 60 s
     with contextlib.suppress(psutil.Error):
         below = psutil.Process().children(recursive=True)
         children.kill_trees([p.pid for p in below if "ipykernel_launcher" in " ".join(p.cmdline())])
-    raise KeyboardInterrupt
+    raise Stopped(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,14 +297,16 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         if argv is None:  # run as the program, not called from Python
             signal.signal(signal.SIGINT, _interrupt)
+            signal.signal(signal.SIGTERM, _interrupt)  # stopped from outside: the same clean end, no orphaned kernel
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
         kept = "Finished work is kept (a sweep's finished points, a run's earlier outputs); run the same command again to go on"
-        print(f"longctx: interrupted. {kept}.", file=sys.stderr)
-        return 130
+        how = "stopped (SIGTERM)" if getattr(exc, "signum", None) == signal.SIGTERM else "interrupted"
+        print(f"longctx: {how}. {kept}.", file=sys.stderr)
+        return 128 + getattr(exc, "signum", signal.SIGINT)  # the shell's convention: 130 for Ctrl-C, 143 for SIGTERM
     except LongctxError as exc:
         if args.debug:
             traceback.print_exc()

@@ -273,10 +273,12 @@ def _check_metric(metric: str | None, sweep: Sweep, records: list[dict] | None =
     """Refuse a metric that a finished point (of `records`, default the sweep's) did not report."""
     records = [_read_record(sweep.folder(p)) for p in sweep.points()] if records is None else records
     done = [_scalars(r.get("results", {})) for r in records if r.get("status") == "ok"]
-    if metric and done and metric not in done[0]:
-        known = sorted(k for k, v in done[0].items() if isinstance(v, (int, float)))
+    # a number to plot: a text or true/false result would draw an empty plot
+    known = sorted(k for k, v in done[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)) if done else []
+    if metric and done and metric not in known:
+        what = f"is {type(done[0][metric]).__name__}, not a number to plot" if metric in done[0] else "was not reported"
         raise LongctxError(
-            f"No result named {metric!r}: the finished point reported {', '.join(known)}. The points "
+            f"The result {metric!r} {what}: the finished point reported the numbers {', '.join(known)}. The points "
             "done so far are kept; re-run with one of those names."
         )
 
