@@ -737,3 +737,45 @@ def test_a_config_nested_past_any_reader_is_refused_by_name(tmp_path):
     deep.write_text('{"a":' * 200_000 + "1" + "}" * 200_000)
     with pytest.raises(LongctxError, match="nested too deeply to read"):
         models.config(str(deep))
+
+
+def test_a_run_into_another_notebooks_folder_is_refused_before_it_touches_it(tmp_path):
+    from longctx import files
+
+    out = tmp_path / "out"
+    files.claim_folder(out, "run")
+    for name in ("06_one_million_tokens.ipynb", "results.json"):
+        (out / name).write_text("{}")
+    with pytest.raises(LongctxError, match="holds another notebook's run \\(06_one_million_tokens.ipynb\\)"):
+        harness.run("00", "ci", out=out, progress=False)
+    assert (out / "results.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize(
+    "options,fragment",
+    [
+        (dict(init=""), "--init is empty"),
+        (dict(retrieval=1.0, seq_len=16), "--retrieval needs --seq-len 38 or more"),
+    ],
+)
+def test_pretrain_refuses_an_empty_init_and_a_pass_key_longer_than_its_window(tmp_path, options, fragment):
+    from longctx.levers import base_model
+
+    with pytest.raises(LongctxError, match=fragment):
+        base_model.pretrain(tmp_path / "m", steps=1, **options)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_damaged_manifest_and_a_file_config_with_auto_map_are_refused(tmp_path):
+    import json
+
+    from longctx import models
+    from longctx.levers import base_model
+
+    (tmp_path / "manifest.json").write_text("[1]")
+    with pytest.raises(LongctxError, match="manifest.json is damaged"):
+        base_model.manifest(tmp_path)
+    config = json.loads((base_model.checkpoint_dir() / "config.json").read_text())
+    (tmp_path / "mine.json").write_text(json.dumps(config | {"auto_map": {"AutoConfig": "mine.Config"}}))
+    with pytest.raises(LongctxError, match="needs its own Python code"):
+        models.config(str(tmp_path / "mine.json"))

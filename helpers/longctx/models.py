@@ -146,10 +146,12 @@ def from_pretrained(cls, source, **kwargs):
 
 def refuse_custom_code(source) -> None:
     """Refuse a local model whose config.json or tokenizer_config.json names classes in its own files."""
-    folder = Path(source).parent if Path(source).is_file() else Path(source)
-    for name in ("config.json", "tokenizer_config.json"):
-        if "auto_map" in (json_object(folder / name) or {}):  # (a damaged file is transformers' to name)
-            _refuse_custom_code(source, f"its {name} maps classes to the folder's own files (auto_map)")
+    given = Path(source)
+    folder = given.parent if given.is_file() else given
+    # the file itself when it is one (a config named otherwise, e.g. llama.json), and the folder's two
+    for path in ([given] if given.is_file() else []) + [folder / "config.json", folder / "tokenizer_config.json"]:
+        if "auto_map" in (json_object(path) or {}):  # (a damaged file is transformers' to name)
+            _refuse_custom_code(source, f"its {path.name} maps classes to the folder's own files (auto_map)")
 
 
 def _refuse_custom_code(source, why: str):
@@ -157,6 +159,10 @@ def _refuse_custom_code(source, why: str):
         f"The model {source} needs its own Python code ({why}); longctx never runs a model's code (trust_remote_code=False). "
         "Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), or a config.json without auto_map."
     )
+
+
+# a decoder's width under the names its families' config.json files use (a multimodal one nests it in text_config)
+SIZE_KEYS = {"hidden_size", "n_embd", "n_embed", "d_model", "text_config"}
 
 
 def config(spec: str, **overrides):
@@ -190,6 +196,11 @@ def config(spec: str, **overrides):
         raise LongctxError(
             f"{spec} holds a JSON {type(loaded).__name__}, not an object: a model's config.json is one object of "
             'settings ({"model_type": ..., "hidden_size": ...}).'
+        )
+    if loaded and not SIZE_KEYS & set(loaded):  # transformers would fill in its class's defaults (a 7B Llama, say)
+        raise LongctxError(
+            f"{given} names no size ({', '.join(sorted(SIZE_KEYS))}): transformers would fill in its own defaults and "
+            "the estimate would be of a model you did not describe. Give the model's whole config.json."
         )
     source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
     try:

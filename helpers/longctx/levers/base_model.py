@@ -39,6 +39,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     manifest.json and checksums.json into `out`. A folder that holds a model (the committed data/yarn-base by
     default) is refused before training unless `force`, and then only the model's own files are replaced."""
     from longctx import data, models
+    from longctx.levers import passkey
     from longctx.train import TrainConfig, run_sft
 
     if unknown := sorted(set(options) - set(BASE)):
@@ -67,6 +68,13 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     if p["scheduler"] not in SCHEDULERS:
         raise LongctxError(f"--scheduler is one of {', '.join(SCHEDULERS)}; got {p['scheduler']!r}.")
     before = None  # the manifest of the model training goes on from
+    if "init" in options and not str(options["init"]).strip():  # empty would silently mean "from scratch"
+        raise LongctxError("--init is empty: name the model folder to go on training, or leave --init out.")
+    if p["retrieval"] and p["seq_len"] < (shortest := passkey.shortest(data.tokenizer())):
+        raise LongctxError(
+            f"--retrieval needs --seq-len {shortest} or more: a pass-key document holds its needle, "
+            "question, key and some filler."
+        )
     if p["init"]:
         if kept := sorted({"preset", "rope_theta"} & set(options)):
             flags = " and ".join(f"--{k.replace('_', '-')}" for k in kept)
@@ -175,7 +183,16 @@ def manifest(path: str | Path | None = None) -> dict:
             f"No pretrained base model at {path}: the repository ships one in data/yarn-base (check "
             "LONGCTX_DATA, which moves data/), or build one with `longctx pretrain --out DIR`."
         )
-    return json.loads((path / "manifest.json").read_text())
+    try:
+        loaded = json.loads((path / "manifest.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        loaded = None
+    if not (isinstance(loaded, dict) and isinstance(loaded.get("params"), dict) and "trained_length" in loaded):
+        raise LongctxError(
+            f"{path / 'manifest.json'} is damaged: it is not what `longctx pretrain` writes. Train the model "
+            "again, or restore the file (`git checkout data/` for the committed ones)."
+        )
+    return loaded
 
 
 def trained_length(path: str | Path | None = None) -> int:

@@ -42,6 +42,12 @@ def document(filler: list[int], tok, key: str, depth: float, length: int) -> Doc
     return Document(ids, range(end - len(answer), end), depth, length)
 
 
+def shortest(tok) -> int:
+    """The fewest tokens a pass-key document takes: its needle, question, key and full stop, and one of filler."""
+    key = " 1" * KEY_LENGTH
+    return sum(len(tok.encode(part)) for part in (NEEDLE.format(key=key), QUESTION, key, ".")) + 1
+
+
 def answer_labels(doc: Document) -> list[int]:
     """Labels that teach only the answer: the key's tokens, -100 (no loss) on the filler, the needle and the question."""
     return [t if at in doc.answer else -100 for at, t in enumerate(doc.input_ids)]

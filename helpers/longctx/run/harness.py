@@ -238,6 +238,9 @@ def run(
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
+    if target.is_dir() and (other := next((p.name for p in target.glob("*.ipynb") if p.name != notebook.name), None)):
+        # a run replaces its own results and figures: in another notebook's folder it would leave a mix of the two
+        raise LongctxError(f"{target} holds another notebook's run ({other}); give {notebook.stem} an --out of its own.")
     out = files.claim_folder(target, "run")
     try:  # one run at a time in a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(out / ".lock", timeout=0):

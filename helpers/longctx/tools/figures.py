@@ -21,6 +21,11 @@ GUIDE_FIGURES = {
 }
 
 
+def runs_dir(size: str) -> Path:
+    """Where `regenerate` runs the notebooks, one folder each (the figures folder holds only the figures)."""
+    return build_dir() / "figures-runs" / size
+
+
 def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, progress=True, force=False, timeout=None):
     """Run the notebooks that draw the guide's figures at `size` (or reuse `runs`: notebook → RunResult); write the
     figures and index.md into `out` (default build/figures/<size>/), refused before any run if it holds files this
@@ -38,7 +43,7 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     runs = dict(runs or {})
     for nb in (nb for nb in notebooks if nb not in runs):
         print(f"== {nb} ({size})", flush=True)
-        runs[nb] = harness.run(nb, size, out=build_dir() / "figures-runs" / size / nb, progress=progress, timeout=timeout)
+        runs[nb] = harness.run(nb, size, out=runs_dir(size) / nb, progress=progress, timeout=timeout)
     with files.staging(out) as tmp:
         lines = [
             f"# Guide figures ({size} size)\n\nEach from the run named under it (`longctx figures --size {size}`); "
