@@ -285,9 +285,11 @@ class Stopped(KeyboardInterrupt):
 
 def _interrupt(signum, frame) -> None:
     # the kernels first: nbclient's graceful shutdown of one still starting once hung a sweep past 60 s
-    with contextlib.suppress(psutil.Error):
-        below = psutil.Process().children(recursive=True)
-        children.kill_trees([p.pid for p in below if "ipykernel_launcher" in " ".join(p.cmdline())])
+    kernels = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # one gone or a zombie meanwhile: the others are still stopped
+            kernels += [proc.pid] if "ipykernel_launcher" in " ".join(proc.cmdline()) else []
+    children.kill_trees(kernels)
     raise Stopped(signum)
 
 
