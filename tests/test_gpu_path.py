@@ -14,7 +14,7 @@ from longctx.levers.cp_worker import deepspeed_config
 from longctx.memory.estimate import DEFAULT_DTYPE, build_step
 from longctx.memory.measure import TimelineTracker, measure, tensor_device
 from longctx.paths import REPO, data_dir
-from longctx.run import harness, needs
+from longctx.run import harness, needs, schema
 from longctx.tools import sweep
 
 NOTEBOOKS = list(harness.notebooks())
@@ -197,6 +197,9 @@ def test_a_script_only_dataset_parameter_is_refused_before_a_kernel_starts(tmp_p
         harness.run("02", "ci", {"DATASET": "deepmind/pg19"}, out=tmp_path / "02")
     with pytest.raises(LongctxError, match="must be one of fp32, bf16, fp16"):
         harness.run("00", "ci", {"DTYPE": "bfloat16"}, out=tmp_path / "00")
+    with pytest.raises(LongctxError, match="DTYPE='fp16' trains on a CPU in pure fp16 with no loss scaling"):
+        harness.run("00", "ci", {"DTYPE": "fp16"}, out=tmp_path / "00")
+    schema.check("00_memory_primer", {"DTYPE": "fp16"}, on_cpu=False)  # a GPU size keeps it
     assert not (tmp_path / "02").exists() and not (tmp_path / "00").exists()
 
 
