@@ -31,6 +31,9 @@
       $("calc-verdict").innerHTML =
         `<strong>${gib(e.peak_gib)} GiB per GPU</strong> (peak in the ${e.phase}) on ${gpus} GPU(s): ` +
         (fits ? "fits" : `over by ${gib(e.peak_gib - capacity)} GiB`) + ` the ${card} (${gib(capacity)} GiB)` +
+        (fits ? ` with ${gib(capacity - e.peak_gib)} GiB left; the allocator's cache may want ` +
+          data.reserved_over_allocated.map((r) => gib(e.peak_gib * (r - 1))).join("–") +
+          " GiB more (measured on an H200 without expandable_segments)" : "") +
         (e.host_gib ? `; ${gib(e.host_gib)} GiB per GPU offloaded to host memory` : "");
       $("calc-verdict").dataset.peak = e.peak_gib;
       $("calc-verdict").dataset.fits = fits;

@@ -52,6 +52,7 @@ def main() -> None:
         "lengths": explore.LENGTHS,
         "steps": [{"label": short_label(levers), "levers": levers, "gpus": kw.get("cp_size", 1)} for levers, kw in steps],
         "cards": {name: round(cards.capacity(name)[0], 4) for name in cards.CARDS},
+        "reserved_over_allocated": cards.RESERVED_OVER_ALLOCATED,  # the allocator's cache beside a fit (cards.py)
         # estimates[model][step][length index], in the order of `calls`
         "estimates": {m: [[next(results) for _ in explore.LENGTHS] for _ in steps] for m in explore.MODELS},
     }

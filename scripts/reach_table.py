@@ -19,11 +19,13 @@ from longctx.notebook import versions
 OUT = Path(__file__).resolve().parents[1] / "calculator" / "reach.json"
 MODELS = ("qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.1-8b")  # the last is ALST's model (models.LLAMA_3_1_8B)
 CARDS = ("RTX-4090", "A100-40GB", "H100-80GB", "H200")  # 24, 40, 80 and 141 GB
-# each set adds to the one before; the guide's levers are the estimator's chunked loss and checkpointing, plus offload
+# each set adds to the one before; the guide's levers are the estimator's chunked loss and checkpointing, plus offload;
+# ALST's one-GPU set adds its host state and fused norm to the tiled MLP (not to CP, where FSDP2 shards the state)
 LEVER_SETS = {
     "guide's levers": dict(offload=True),
     "+ tiled MLP": dict(offload=True, tiled_mlp=True),
     "+ CP×8": dict(offload=True, tiled_mlp=True, cp_size=8),
+    "ALST, one GPU": dict(offload=True, tiled_mlp=True, offload_optimizer=True, offload_params=True, fused_norm=True),
 }
 MULTIPLE = {1: 8192, 8: 65536}  # the table's resolution in tokens, per GPU count
 
@@ -56,7 +58,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    calls = [(m, name) for name in reversed(LEVER_SETS) for m in MODELS]  # the longest (CP×8) first
+    longest_first = sorted(LEVER_SETS, key=lambda name: -LEVER_SETS[name].get("cp_size", 1))  # CP×8's estimates first
+    calls = [(m, name) for name in longest_first for m in MODELS]
     found = dict(zip(calls, children.pool_map(column, calls, args.workers, tqdm(total=len(calls), desc="reach columns"))))
     data = {
         "versions": versions(),

@@ -73,7 +73,11 @@ def test_the_reach_table_covers_every_model_card_and_lever_set():
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("model", "levers", "card"),
-    [("qwen3-0.6b", "guide's levers", "RTX-4090"), ("llama-3.1-8b", "+ tiled MLP", "H100-80GB")],
+    [
+        ("qwen3-0.6b", "guide's levers", "RTX-4090"),
+        ("llama-3.1-8b", "+ tiled MLP", "H100-80GB"),
+        ("llama-3.1-8b", "ALST, one GPU", "H100-80GB"),
+    ],
 )
 def test_a_reach_table_cell_fits_and_one_step_more_does_not(model, levers, card):
     from longctx.memory import cards

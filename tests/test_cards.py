@@ -18,8 +18,21 @@ def test_a_card_is_its_reported_total_not_its_name():
     assert "modal-labs/modal-client" in how
     assert cards.capacity("h100-80gb")[0] == gib  # as people type it
     assert cards.capacity(40)[0] == cards.capacity("40")[0] == 40.0
-    h200, how = cards.capacity("H200")  # no driver total on record: the datasheet's decimal GB, said so
-    assert h200 == 141e9 / GIB and "not on record" in how
+    rtx, how = cards.capacity("RTX-4090")  # no driver total on record: the datasheet's decimal GB, said so
+    assert rtx == 24e9 / GIB and "not on record" in how
+
+
+def test_the_h200_is_what_our_h200_reported_and_the_cache_margin_is_what_it_measured():
+    from longctx.paths import REPO
+
+    report = json.loads((REPO / "benchmarks/results/gpu_check-h200-2026-12-04/2-tracker-fixed/gpu_check.json").read_text())
+    assert cards.capacity("H200")[0] == report["measure"]["capacity_gib"]
+    steps = [e for e in report["measure"]["estimates"] if e.get("allocator_peak_gib")]
+    ratios = [e["reserved_peak_gib"] / e["allocator_peak_gib"] for e in steps]
+    assert len(steps) == 11 and cards.RESERVED_OVER_ALLOCATED == (round(min(ratios), 4), round(max(ratios), 4))
+    fits = cards.verdict(60.0, "H200")
+    low, high = (60 * (r - 1) for r in cards.RESERVED_OVER_ALLOCATED)
+    assert f"may want {low:.1f}–{high:.1f} GiB more" in fits and "3% to 26%" in fits
 
 
 @pytest.mark.parametrize("bad", ["H100", "0", "-8", "nan", "inf", None])

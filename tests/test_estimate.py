@@ -370,6 +370,14 @@ FAST_CASES = {
     # 9 shards of 123 tokens per rank, the last of 116: shards 3-7 written from 1 and 2
     "deep-cp2-tiled-mlp-uneven-shards": ("deep", 2200, dict(cp_size=2, tiled_mlp=True)),
     "qwen3-0.6b-tiled-mlp-offload": ("qwen3-0.6b", 8192, dict(tiled_mlp=True, offload=True)),
+    # ALST's eight-GPU levers: Ulysses (its all-to-alls around the attention), FSDP2 for ZeRO-3, fused norms
+    "qwen3-0.6b-ulysses-sp4-tiled-fused": ("qwen3-0.6b", 32768, dict(sp_size=4, offload=True, tiled_mlp=True, fused_norm=True)),
+    # ALST's one-GPU levers: optimizer and weights on the host (one AdamW per tensor), fused norms
+    "qwen3-0.6b-alst-one-gpu": (
+        "qwen3-0.6b",
+        8192,
+        dict(tiled_mlp=True, offload=True, offload_optimizer=True, offload_params=True, fused_norm=True),
+    ),
 }
 
 
@@ -488,3 +496,40 @@ def test_json_on_stdout_is_only_json_when_a_library_prints_there(capsys):
     """DeepSpeed (imported for the tiled MLP) prints its accelerator guess to stdout; --json must stay parseable."""
     assert main(["estimate", "--model", "tiny", "--seq-len", "1k", "--tiled-mlp", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tiled_mlp"] is True
+
+
+def _published(name: str):
+    """transformers' default configs of these classes are the published models' (their docstrings name them):
+    Qwen1.5-MoE-A2.7B, Llama-4-Scout-17B-16E's text model, gpt-oss-120b; Granite's with the attention dropout (0.1)
+    of IBM's published granite-3 configs."""
+    import transformers
+
+    return {
+        "qwen2-moe": lambda: transformers.Qwen2MoeConfig(),
+        "llama-4-text": lambda: transformers.Llama4TextConfig(),
+        "granite": lambda: transformers.GraniteConfig(attention_dropout=0.1),
+        "granite-moe": lambda: transformers.GraniteMoeConfig(attention_dropout=0.1),
+        "gpt-oss": lambda: transformers.GptOssConfig(),
+    }[name]()
+
+
+@pytest.mark.parametrize(
+    "name,levers,outcome",
+    [
+        ("qwen2-moe", {}, None),  # transformers sets sliding_window to 0 ("none"): an estimate, not "fix config.json"
+        ("llama-4-text", {}, "base_model_prefix 'language_model' names no attribute"),
+        ("llama-4-text", dict(loss="plain"), None),
+        ("granite", dict(cp_size=2), "attention_dropout is 0.1: torch's context parallelism"),
+        ("granite-moe", dict(cp_size=2), "attention_dropout is 0.1: torch's context parallelism"),
+        ("gpt-oss", {}, "another one: --attn eager "),
+        ("gpt-oss", dict(attn_implementation="flash_attention_2"), "not FlashAttention-2"),
+        ("gpt-oss", dict(attn_implementation="eager"), None),
+    ],
+)
+def test_published_families_are_estimated_or_refused_by_cause(name, levers, outcome):
+    if outcome is None:
+        assert estimate(_published(name), 1024, **levers).peak_gib > 0
+        return
+    with pytest.raises(LongctxError, match=outcome) as refused:
+        estimate(_published(name), 1024, **levers)
+    assert "flash_attention_2" not in str(refused.value) or "not FlashAttention-2" in str(refused.value)

@@ -231,6 +231,15 @@ def test_07_tiled_mlp(ran):
     change = res["time"]["change_s"]
     assert change["+ TiledMLP"] > 0 > change["selective checkpointing"] and change["every_n_layers=2"] < 0
     assert set(res["seconds_per_step"]) == {"untiled", "tiled"}
+    # ALST's levers, one by one: the state leaves the GPU for the host, the fused norm takes temporaries off
+    names = ["guide's levers", "+ TiledMLP", "+ optimizer on host", "+ weights on host", "+ fused norm"]
+    steps = [full["alst_steps"][name] for name in names]  # (results.json keeps keys sorted)
+    assert set(full["alst_steps"]) == set(names)
+    peaks = [s["peak_gib"] for s in steps]
+    assert peaks[2] < peaks[1] and peaks[3] < peaks[2] and peaks[4] <= peaks[3]
+    state = [s["state_gib"] for s in steps]
+    assert state[3] < 0.1 * state[1] and steps[3]["host_gib"] > steps[1]["host_gib"]
+    assert full["int32_tokens"] * 4096 == 2**31
     figures = {p.stem for p in (r.out / "figures").glob("*.png")}
     assert {"tiled_mlp_cpu_profile_plain", "tiled_mlp_cpu_profile_tiled", "tiled_mlp_full_scaling"} <= figures
 

@@ -193,3 +193,16 @@ def test_plan_prices_every_step_on_the_named_card_and_names_the_fastest_that_fit
     fitting = [r for r in result["steps"] if r["fits"]]
     assert result["cheapest"] == fitting[0] and result["fastest"] == min(fitting, key=lambda r: r["step_seconds"])
     assert plan("tiny", 4096, gpus=1, gpu_memory_gib=24, progress=False)["time_card"] == "H100-80GB"  # GiB: the default card
+
+
+def test_the_host_state_steps_come_before_cp_which_builds_on_the_step_before_them():
+    """ALST's one-GPU levers are steps of their own on one GPU; the CP steps shard the state with FSDP2 instead, so they
+    build on the step before the first host one (optimizer offload with CP is refused)."""
+    result = plan.plan("deep", 8192, gpus=2, gpu_memory_gib=24, tiled_mlp=True, host_state=True, progress=False)
+    levers = [step["levers"] for step in result["steps"]]
+    assert levers[5:8] == [levers[4] + ["optimizer on host"], levers[4] + ["optimizer on host", "weights on host"],
+                           levers[4] + ["optimizer on host", "weights on host", "fused norm"]]  # fmt: skip
+    assert levers[8] == levers[4] + ["context parallel ×2"]
+    peaks = [step["per_gpu_peak_gib"] for step in result["steps"]]
+    assert peaks[5] < peaks[4] and peaks[6] < peaks[5]  # the state leaves the device
+    assert "not priced" in plan.table(result)

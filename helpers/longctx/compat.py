@@ -63,7 +63,8 @@ class FrozenParamsMemTracker(ReleasingMemTracker):
         memory = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
         for param in module.parameters():
             if install_grad_hooks and param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
-                after = param.register_post_accumulate_grad_hook(lambda p: hook(p.grad))
+                # (a gradient already moved to the host, longctx.host_state, has left: nothing to file)
+                after = param.register_post_accumulate_grad_hook(lambda p: None if p.grad is None else hook(p.grad))
                 self._param_to_grad_hook_handles[param] = (param.register_hook(hook), after)
         return memory
 

@@ -69,11 +69,6 @@ class HostPool:
         }
 
 
-def mode_for(device: str):
-    """The offload setting that works on `device`: transformers' own path on an accelerator, the host pool on a CPU."""
-    return "host-pool" if device == "cpu" else True
-
-
 def pinned_bytes(profile) -> tuple[int, int]:
     """(bytes an offloaded step holds in host memory, bytes torch's pinned-memory allocator reserves for them): its
     CachingHostAllocator rounds every block up to a power of two, and transformers' offload moves one block per

@@ -18,7 +18,7 @@ _NVIDIA_SMI_TOTALS = "nvidia-smi totals listed in github.com/modal-labs/modal-cl
 class Card:
     name: str
     sold_gb: int  # the size it is sold as, in decimal GB (the vendor's datasheet)
-    reported_mib: int | None  # the driver's total (nvidia-smi, MiB), where a public record shows it
+    reported_mib: float | None  # the driver's total (nvidia-smi, MiB), where a record shows it
     source: str
     # what a step's time is made of (memory/timing.py), from the vendor's datasheet (`specs`): dense bf16 tensor FLOPs
     # (the datasheets' headline figures are with 2:4 sparsity, twice these), memory bandwidth, and per direction the
@@ -44,6 +44,9 @@ class Card:
         )
 
 
+# torch.cuda.get_device_properties(0).total_memory on the H200 of benchmarks/results/gpu_check-h200-2026-12-04
+# (tests/test_cards.py reads it back from that report)
+_OURS = "torch's total_memory on longctx's H200, benchmarks/results/gpu_check-h200-2026-12-04"
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet, SXM5: 1,979 TFLOPS bf16 sparse, 3.35 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s"
 _H200 = "NVIDIA H200 Tensor Core GPU datasheet, SXM: 1,979 TFLOPS bf16 sparse, 4.8 TB/s, NVLink 900 GB/s, PCIe Gen5 128 GB/s"
 _A100 = "NVIDIA A100 Tensor Core GPU datasheet, SXM: 624 TFLOPS bf16 sparse, NVLink 600 GB/s, PCIe Gen4 64 GB/s; {} GB/s"
@@ -56,7 +59,7 @@ CARDS = {
         Card("A100-80GB", 80, 81920, _NVIDIA_SMI_TOTALS, 312, 2039, 32, 300, "ampere", _A100.format("2,039")),
         Card("A100-40GB", 40, 40960, _NVIDIA_SMI_TOTALS, 312, 1555, 32, 300, "ampere", _A100.format("1,555")),
         Card("L40S", 48, 46068, _NVIDIA_SMI_TOTALS, 362.05, 864, 32, 32, "ada", _L40S),
-        Card("H200", 141, None, "NVIDIA H200 datasheet (141 GB HBM3e)", 989.4, 4800, 64, 450, "hopper", _H200),
+        Card("H200", 141, 143155.9375, _OURS, 989.4, 4800, 64, 450, "hopper", _H200),
         Card("RTX-4090", 24, None, "NVIDIA GeForce RTX 4090 specifications (24 GB GDDR6X)", 165.2, 1008, 32, 32, "ada", _ADA),
     )
 }
@@ -67,10 +70,17 @@ UNMODELLED = {
     "CUDA context": "the driver's and the kernels' own memory outside torch's allocator, taken when CUDA starts "
     "(total - free after torch.cuda.init(), with nothing allocated)",
     "allocator rounding": "the caching allocator rounds each block up and keeps freed blocks cached "
-    "(torch.cuda.memory_reserved() - memory_allocated() at the peak)",
+    "(torch.cuda.memory_reserved() - memory_allocated() at the peak: {:.0%} to {:.0%} of the peak on longctx's H200, "
+    "without PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
     "NCCL buffers": "the communicator's buffers for the ring's exchanges, with context parallelism only "
     "(NCCL_BUFFSIZE per channel and peer)",
 }
+
+
+# The allocator's reserved peak over its allocated peak, lowest and highest, over the 11 steps of
+# benchmarks/results/gpu_check-h200-2026-12-04 (no expandable_segments; tests/test_cards.py recomputes them)
+RESERVED_OVER_ALLOCATED = (1.0304, 1.2621)
+UNMODELLED["allocator rounding"] = UNMODELLED["allocator rounding"].format(*(r - 1 for r in RESERVED_OVER_ALLOCATED))
 
 
 def card(gpu) -> Card | None:
@@ -105,5 +115,7 @@ def verdict(peak_gib: float, gpu: str | float | int, cp_size: int = 1) -> str:
     """'fits'/'does not fit' on a card, the room left, and the terms it does not count."""
     gib, how = capacity(gpu)
     room = gib - peak_gib
-    head = f"fits {how}, with {room:.2f} GiB left" if room >= 0 else f"does not fit {how}: {-room:.2f} GiB over"
+    low, high = (peak_gib * (r - 1) for r in RESERVED_OVER_ALLOCATED)
+    cache = f" (the allocator's cache may want {low:.1f}–{high:.1f} GiB more, as measured on an H200)"
+    head = f"fits {how}, with {room:.2f} GiB left{cache}" if room >= 0 else f"does not fit {how}: {-room:.2f} GiB over"
     return head + "; not counted: " + "; ".join(unmodelled(cp_size))

@@ -14,7 +14,11 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+# host_memory_bytes: what an operator on host tensors reads and writes (an offloaded optimizer's step, run by the
+# host's CPU: not priced on the card)
 COLUMNS = ("linear_flops", "attention_flops", "memory_bytes", "host_bytes", "comm_bytes", "comm", "recompute")
+COLUMNS += ("host_memory_bytes",)
+HOST = "meta"  # the estimate's host memory: on fake tensors a fake 'cuda' cannot run backward on a CPU build
 COL = {name: i for i, name in enumerate(COLUMNS)}
 # the `comm` column: what a collective is and how it overlaps (timing.py's rule)
 CP_GATHER, CP_RING, WAIT, FSDP_GATHER, FSDP_REDUCE, OTHER_COLLECTIVE = 1, 2, 3, 4, 5, 6
@@ -138,12 +142,13 @@ def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list
     elif kind in ("product", "batched"):
         flops = flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
         row[COL["attention_flops" if kind == "batched" and attention_module() else "linear_flops"]] = flops
-    elif kind == "copy" and ins and outs and ins[0].device != outs[0].device:
-        row[COL["host_bytes"]] = _nbytes(outs[0])  # offload's copy out to the host, or back
+    elif kind == "copy" and outs and len({t.device for t in ins + outs}) > 1:
+        row[COL["host_bytes"]] = _nbytes(outs[0])  # offload's copy out to the host, or back (a weight fetched)
     elif kind in ("memory", "copy"):
         returned = {id(t) for t in outs}  # an in-place operator that returns what it wrote counts it once as output
         mutated = _tensors(args[i] for i in written if i < len(args))
-        row[COL["memory_bytes"]] = (
+        on_host = all(t.device.type == HOST for t in ins + outs)
+        row[COL["host_memory_bytes" if on_host else "memory_bytes"]] = (
             sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + sum(_nbytes(t) for t in mutated if id(t) not in returned)
         )
     pending, times = _state["pending"], _state["times"]

@@ -23,7 +23,7 @@ from longctx.units import CATEGORIES, GIB
 
 DTYPES = {name: torch_dtype(name) for name in DTYPE_NAMES}
 DEFAULT_DTYPE = "bf16"  # what the guide measured and what the `gpu` sizes load (tests hold them together)
-HOST = "meta"  # stands in for host memory in fake mode (a fake 'cuda' cannot run backward on a CPU build)
+HOST = costs.HOST  # stands in for host memory in fake mode
 DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, compat.gpu_dispatch) or the CPU's
 # AdamW's three implementations in torch. The Trainer's default `optim="adamw_torch_fused"` (torch >= 2.8) is
 # "fused"; `optim="adamw_torch"` lets torch pick, which is "foreach" on CUDA tensors and "for-loop" on CPU ones.
@@ -57,8 +57,8 @@ def check_model(cfg) -> None:
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     for name, limit in CONFIG_LIMITS.items():
         value = getattr(text, name, None)
-        if not isinstance(value, (int, float)):  # absent, None, or a per-layer list
-            continue
+        if not isinstance(value, (int, float)) or (name == "sliding_window" and value == 0):
+            continue  # absent, None, a per-layer list; a window of 0 is "none" (transformers sets it so for Qwen2-MoE)
         if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
             why = f"over the {limit:,} the estimator takes" if limit and value > limit else "not a positive whole number"
             raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
@@ -77,11 +77,12 @@ def check_model(cfg) -> None:
 def check_levers(
     cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int, device: str = "cpu",
     optim: str = "fused", attn_implementation: str = "sdpa", cp_size: int = 1, mixed_precision: bool = False,
-    fake: bool = True, tiled_mlp: bool = False, cp_comm: str = "allgather",
+    fake: bool = True, tiled_mlp: bool = False, cp_comm: str = "allgather", offload_optimizer: bool = False,
+    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1,
 ) -> None:  # fmt: skip
     """Refuse, before anything is built, a model or a combination of levers the estimate cannot stand for."""
     check_model(cfg)
-    for name, value in (("seq_len", seq_len), ("batch", batch), ("cp_size", cp_size)):
+    for name, value in (("seq_len", seq_len), ("batch", batch), ("cp_size", cp_size), ("sp_size", sp_size)):
         check_positive_int(name, value)
     for name, value, choices in (
         ("loss", loss, LOSSES),
@@ -100,25 +101,56 @@ def check_levers(
          "attn_implementation='sdpa'."),
         (offload and not checkpointing, "Activation offload moves the tensors that checkpointing saves; it needs gradient "
          "checkpointing on (checkpointing=True: drop --no-checkpointing; or offload=False: drop --offload)."),
+        (sp_size & (sp_size - 1), f"sp_size={sp_size}: longctx models Ulysses over a power of two of GPUs; pick one."),
+        (sp_size > 1 and (not fake or attn_implementation == "eager"), "A Ulysses step is estimated on fake tensors "
+         "(fake=True), with a fused attention kernel (sdpa or flash_attention_2), as DeepSpeed's Ulysses runs."),
+        (sp_size > 1 and seq_len % sp_size, f"seq_len={seq_len:,} is not a multiple of sp_size={sp_size}: Ulysses gives "
+         f"each rank an equal slice; pad to {-(-seq_len // sp_size) * sp_size:,} tokens."),
         (cp_size & (cp_size - 1), f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
          "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those."),
         (cp_size > 1 and not fake, "A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
          "go through longctx.levers.parallel.launch."),
         (cp_size > 1 and attn_implementation != "sdpa", "torch's context_parallel splits the sequence by routing "
          "scaled_dot_product_attention through its ring: a context-parallel step needs attn_implementation='sdpa'."),
+        (cp_size > 1 and _attention_dropout(cfg), f"This config's attention_dropout is {_attention_dropout(cfg)}: torch's "
+         "context parallelism (2.13) cannot run SDPA with dropout (its ring meets the plain dropout mask beside its "
+         "DTensors: 'aten.add.Tensor got mixed torch.Tensor and DTensor'), in training as in this estimate. Set "
+         "attention_dropout to 0 in the config (long-context fine-tuning runs without it), or drop --cp-size."),
         (cp_comm != "allgather" and cp_size == 1, f"cp_comm={cp_comm!r} is how context-parallel ranks exchange keys and "
          "values: it needs cp_size > 1 (--cp-size)."),
         (mixed_precision and (cp_size == 1 or dtype != "bf16"), "mixed_precision (fp32 master weights, bf16 compute) is "
          "modelled with FSDP2: use it with cp_size > 1 and dtype='bf16'."),
         (not fake and device != "cpu", "A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or "
          "estimate the GPU's step on fake tensors (fake=True)."),
-        (offload and not fake, "A real CPU step has no separate host memory to offload to; estimate it (fake=True)."),
+        ((offload or offload_optimizer) and not fake, "A real CPU step has no separate host memory to offload to; "
+         "estimate it (fake=True)."),
+        (offload_params and not offload_optimizer, "Parameter offload is modelled as DeepSpeed runs it, with the "
+         "optimizer offloaded too: add offload_optimizer=True (--offload-optimizer)."),
+        (offload_params and not checkpointing, "Parameter offload fetches a layer's weights again for its recomputation "
+         "in backward: it needs gradient checkpointing on (drop --no-checkpointing)."),
+        (offload_optimizer and cp_size * sp_size > 1, "Optimizer offload is modelled on one GPU (ALST's one-GPU "
+         "recipe); over several GPUs FSDP2 (ZeRO-3's stand-in) already shards the state: drop one of the two."),
     )  # fmt: skip
     broken = next((message for failed, message in rules if failed), None)
     if broken:
         raise LongctxError(broken)
-    if cp_size > 1:
-        check_plan(cfg, seq_len, cp_size=cp_size)
+    if cp_size * sp_size > 1:
+        check_plan(cfg, seq_len, cp_size=cp_size, sp_size=sp_size)
+
+
+def _attention_dropout(cfg) -> float:
+    return getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "attention_dropout", 0) or 0
+
+
+def _flash_kernels(cfg) -> list | None:
+    """The flash kernels transformers runs this model class on, where the class names them (None: any). GPT-OSS names
+    the hub kernels that take its attention sinks; on others, FlashAttention-2 included, transformers drops them."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return getattr(AutoModelForCausalLM._model_mapping[type(cfg)], "_compatible_flash_implementations", None)
+    except KeyError:
+        return None
 
 
 @contextlib.contextmanager
@@ -135,7 +167,8 @@ def _default_dtype(dtype):
 def build_step(
     cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False, batch: int = 1,
     lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False, optim: str = "fused",
-    attn_implementation: str = "sdpa", tiled_mlp: bool = False, cp_comm: str = "allgather",
+    attn_implementation: str = "sdpa", tiled_mlp: bool = False, cp_comm: str = "allgather", offload_optimizer: bool = False,
+    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1,
 ):  # fmt: skip
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
@@ -146,15 +179,26 @@ def build_step(
     from longctx import compat
 
     torch.manual_seed(seed)
+    flash = _flash_kernels(cfg)
+    if attn_implementation == "flash_attention_2" and flash is not None:
+        raise LongctxError(
+            f"transformers runs {cfg.model_type} on its own flash kernels ({', '.join(flash)}), not FlashAttention-2, "
+            "which leaves out part of its attention (GPT-OSS's sinks): estimate it with --attn eager."
+        )
     if attn_implementation == "flash_attention_2":
         attn_implementation = compat.register_flash_attention_2(gpu_kernels)
+    if sp_size > 1:  # DeepSpeed's Ulysses around the attention kernel (memory/ulysses.py)
+        from longctx.memory import ulysses
+
+        attn_implementation = ulysses.register(sp_size, attn_implementation)
     # the dtype the caller set as default (the estimate's `dtype`): from_config would otherwise take a dtype the
     # config names ("dtype": "bfloat16" in most hub configs) over it
     try:
         net = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation, dtype=torch.get_default_dtype())
     except Exception as exc:  # transformers' own errors for a config it cannot build (unknown activation, ...)
         if "does not support an attention implementation" in str(exc):  # the config is fine, the kernel is not
-            others = [a for a in ATTENTIONS if a != attn_implementation]  # (transformers 5.24: Gemma-2 on sdpa)
+            # (transformers 5.24: Gemma-2 on sdpa); not FlashAttention-2 where the class names its own flash kernels
+            others = [a for a in ATTENTIONS if a != attn_implementation and not (flash is not None and a.startswith("flash"))]
             raise LongctxError(
                 f"transformers does not run {getattr(cfg, 'model_type', '?')} models with attn_implementation="
                 f"{attn_implementation!r}; estimate it with another one: --attn {' or --attn '.join(others)} "
@@ -182,6 +226,17 @@ def build_step(
         from longctx.tiled_mlp import tile_mlp
 
         tile_mlp(net)
+    if fused_norm:  # Liger's RMSNorm kernel, as its memory is (longctx.fused_norm)
+        from longctx.fused_norm import fuse_norms
+
+        if not fuse_norms(net):
+            raise LongctxError(f"{type(net).__name__} has no Llama-style RMSNorm for a fused norm to replace: drop --fused-norm.")
+    if loss == "chunked" and net.base_model is net:
+        raise LongctxError(
+            f"TRL's chunked loss runs the backbone as `model.base_model`, which for {type(net).__name__} is the model "
+            f"itself (its base_model_prefix {net.base_model_prefix!r} names no attribute): trl 1.16 cannot train it with "
+            "the chunked loss. Estimate it with --loss plain (loss='plain')."
+        )
     if loss == "chunked":
         from trl.trainer.utils import add_fused_lm_head
 
@@ -195,22 +250,29 @@ def build_step(
             fully_shard(layer, mesh=mesh, mp_policy=policy)
         fully_shard(net, mesh=mesh, mp_policy=policy)
     net.train()
-    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, **OPTIMIZERS[optim])
-    for p in net.parameters():  # one warm-up step creates AdamW's state, as before every later step
+    if offload_optimizer:  # DeepSpeed's ZeRO offload: the state (and the layers' weights) on the host, the step there
+        from longctx.host_state import HostState
+
+        optimizer = HostState(net, HOST, params=offload_params, lr=lr)
+        trained = optimizer.masters
+    else:
+        optimizer, trained = torch.optim.AdamW(net.parameters(), lr=lr, **OPTIMIZERS[optim]), list(net.parameters())
+    for p in trained:  # one warm-up step creates AdamW's state, as before every later step
         p.grad = torch.zeros_like(p)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    ids = torch.randint(0, cfg.vocab_size, (batch, seq_len))
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq_len // sp_size))  # under Ulysses, this rank's slice
+    ring = mesh is not None and sp_size == 1
 
     def step():
         from torch.distributed.tensor.experimental import context_parallel
         from torch.distributed.tensor.experimental._attention import set_rotate_method
 
-        if mesh is not None:  # what accelerate does with its cp_comm_strategy before the step
+        if ring:  # what accelerate does with its cp_comm_strategy before the step
             set_rotate_method(cp_comm)
 
         # under CP this rank keeps 2 of the sequence's 2·N chunks
-        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]) if mesh is not None else contextlib.nullcontext():
+        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]) if ring else contextlib.nullcontext():
             if loss == "chunked":
                 out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
                 value = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
@@ -267,6 +329,10 @@ def estimate(
     attn_implementation: str = "sdpa",
     tiled_mlp: bool = False,
     cp_comm: str = "allgather",
+    offload_optimizer: bool = False,
+    offload_params: bool = False,
+    fused_norm: bool = False,
+    sp_size: int = 1,
     exact: bool = False,
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
@@ -283,8 +349,10 @@ def estimate(
     device, cfg = device or ("cuda" if fake else "cpu"), models.config(model) if isinstance(model, str) else model
     levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
     levers.update(optim=optim, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, cp_comm=cp_comm)
+    levers.update(offload_optimizer=offload_optimizer, offload_params=offload_params, fused_norm=fused_norm, sp_size=sp_size)
     check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)
-    layer_input = batch * (seq_len // cp_size) * cfg.hidden_size * DTYPES[dtype].itemsize
+    ranks = cp_size * sp_size
+    layer_input = batch * (seq_len // ranks) * cfg.hidden_size * DTYPES[dtype].itemsize
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
     how["tiles"] = fake and not exact and tiled_mlp  # a tiled MLP's middle shards extended (memory/repeat.py)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
@@ -311,7 +379,7 @@ def estimate(
         seq_len=seq_len,
         dtype=dtype,
         cp_size=cp_size,
-        tokens_per_rank=seq_len // cp_size,
+        tokens_per_rank=seq_len // ranks,
         layers=text.num_hidden_layers,
         device=device,
         fixed_gib=(first["parameters"] + first["optimizer"]) / GIB,  # alive the whole step
@@ -335,14 +403,15 @@ def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, ti
     build_dtype = torch.float32 if levers["mixed_precision"] else DTYPES[dtype]
     # under CP the attention stays torch's CPU ring (the only ring a CPU build can run); the rest is the GPU's
     kernels = compat.gpu_dispatch(gpu_kernels, attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
-    with _fake_mesh(cp_size) as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
+    ranks = _fake_mesh(cp_size * levers["sp_size"])  # CP's ranks, or Ulysses'
+    with ranks as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
         net, optimizer, step = build_step(cfg, seq_len, mesh=mesh, **levers)
         tracker = TimelineTracker("cpu", host=HOST, band_bytes=band_bytes, costs=True)
         if label_layers:
             tracker.label_layers()
         if tiles:
             repeat.repeat_tiles(net, tracker)
-        tracker.track_external(net, optimizer)
+        tracker.track_external(net, *(optimizer.tracked() if hasattr(optimizer, "tracked") else [optimizer]))
         tracker.watch_layer_inputs(_decoder_layers(net))
         masks = _attention_masks(net)
         with tracker:

@@ -1,9 +1,11 @@
 """`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak and its time. The
 levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward pass), activation
-offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), then context parallelism over
-2, 4, ... GPUs (more GPUs). The first step that fits is the cheapest combination; the fastest that fits may be another
-(more GPUs shorten the step). Every step is a fake-tensor estimate (`longctx.memory.estimate`): per rank under CP, with
-FSDP2 sharding and the ring's buffers, its time priced by memory/timing.py on the plan's card."""
+offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), with `host_state` ALST's
+one-GPU levers (the optimizer, then the weights on the host, as DeepSpeed's ZeRO offload; Liger's fused norm), then
+context parallelism over 2, 4, ... GPUs (more GPUs; from the step before the host state, which FSDP2 shards instead).
+The first step that fits is the cheapest combination; the fastest that fits may be another (more GPUs shorten the step).
+Every step is a fake-tensor estimate (`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's
+buffers, its time priced by memory/timing.py on the plan's card."""
 
 import threading
 
@@ -44,7 +46,9 @@ def _estimate(args):
     return profile.peak_gib, profile.meta["wall_seconds"], time["seconds"], time["tokens_per_second"]
 
 
-def ladder(gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tiled_mlp=False, exact=False) -> list:
+def ladder(
+    gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tiled_mlp=False, host_state=False, exact=False
+) -> list:
     """The plan's steps, cheapest first: (the levers on, `estimate`'s keyword arguments), one step per added lever."""
     one_gpu = dict(attn_implementation=attn_implementation, exact=exact)
     offload = dict(one_gpu, loss="chunked", checkpointing=True, offload=True)
@@ -59,7 +63,12 @@ def ladder(gpus: int, *, mixed_precision=False, attn_implementation="sdpa", tile
     if gpus > 1 and attn_implementation != "sdpa":  # torch's CP runs SDPA only: switching to it is a step of its own
         steps.append((steps[-1][0] + ["SDPA attention"], dict(steps[-1][1], attn_implementation="sdpa")))
     cp = dict(steps[-1][1], mixed_precision=mixed_precision)
-    return steps + [(steps[-1][0] + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
+    before_cp = steps[-1][0]
+    if host_state:
+        host = (("optimizer on host", "offload_optimizer"), ("weights on host", "offload_params"), ("fused norm", "fused_norm"))
+        for label, lever in host:
+            steps.append((steps[-1][0] + [label], dict(steps[-1][1], **{lever: True})))
+    return steps + [(before_cp + [f"context parallel ×{2**k}"], dict(cp, cp_size=2**k)) for k in range(1, gpus.bit_length())]
 
 
 def plan(
@@ -71,6 +80,7 @@ def plan(
     mixed_precision: bool = False,
     attn_implementation: str = "sdpa",
     tiled_mlp: bool = False,
+    host_state: bool = False,
     exact: bool = False,
     workers: int = 2,
     progress: bool = True,
@@ -84,8 +94,9 @@ def plan(
     gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation, mixed_precision)
     card = cards.card(gpu_memory_gib).name if cards.card(gpu_memory_gib) else cards.DEFAULT
     steps = ladder(
-        gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, exact=exact
-    )
+        gpus, mixed_precision=mixed_precision, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp,
+        host_state=host_state, exact=exact,
+    )  # fmt: skip
     # forked workers start with this process's imports (3 s each when spawned); fake tensors run no kernels, but only
     # a process of one thread forks safely (a Jupyter kernel has several: its output streams), so check before tqdm's
     start = "fork" if threading.active_count() == 1 else "spawn"
@@ -108,6 +119,7 @@ def plan(
         "mixed_precision": mixed_precision,
         "attn_implementation": attn_implementation,
         "tiled_mlp": tiled_mlp,
+        "host_state": host_state,
         "steps": rows,
         "cheapest": fitting[0] if fitting else None,
         "fastest": min(fitting, key=lambda r: r["step_seconds"]) if fitting else None,
@@ -140,6 +152,8 @@ def table(result: dict) -> str:
                 f"{short_label(r['levers'])} {r['step_seconds']:.1f} s ({r['step_seconds'] * r['gpus']:.0f})" for r in fitting
             )
         ]
+    if result.get("host_state"):
+        lines.append("  the steps with the optimizer on the host leave out its step there (DeepSpeed's CPU Adam): not priced")
     if result.get("capacity"):
         lines.append(f"capacity: {result['capacity']}")
     return "\n".join(lines + [f"  not counted: {term}" for term in result.get("not_counted", [])])

@@ -84,7 +84,7 @@ def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None) 
         "communication": ring + fsdp,
     }
     seconds = sum(parts.values())
-    tokens, gpus = profile.meta["seq_len"] * profile.meta["batch"], profile.meta["cp_size"]
+    tokens, gpus = profile.meta["seq_len"] * profile.meta["batch"], profile.meta["cp_size"] * profile.meta.get("sp_size", 1)
     flops = {
         phase: {k: float(c[rows, COL[f"{k}_flops"]].sum()) for k in ("linear", "attention")}
         for phase, rows in (
@@ -111,6 +111,8 @@ def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None) 
             "communication_exposed_seconds": {"context parallel": float(ring), "fsdp": float(fsdp)},
         },
         "gpus": gpus,
+        # an offloaded optimizer's step runs on the host's CPU (DeepSpeed's CPU Adam): no host speed is modelled
+        "host_step_priced": not c[:, COL["host_memory_bytes"]].any(),
         "efficiency": {"linear": eff.linear, "attention": eff.attention, "fitted": fitted, "fitted_to": eff.fitted_to},
     }
 
@@ -169,5 +171,6 @@ def describe(time: dict) -> str:
     shares = {k: v / time["seconds"] for k, v in time["breakdown_seconds"].items()}
     parts = ", ".join(f"{k} {share:.0%}" for k, share in shares.items() if share >= 0.005)
     assumed = "" if time["efficiency"]["fitted"] else " (efficiencies assumed from Hopper: no step measured on this card)"
+    host = "" if time["host_step_priced"] else "; plus the optimizer's step on the host's CPU, not priced"
     return (f"{time['seconds']:,.1f} s per step on {time['gpu']}{assumed}, {time['tokens_per_second']:,.0f} tokens/s, "
-            f"MFU {time['mfu']:.0%}: {parts}")  # fmt: skip
+            f"MFU {time['mfu']:.0%}: {parts}{host}")  # fmt: skip

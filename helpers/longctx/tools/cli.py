@@ -137,13 +137,14 @@ def _cmd_estimate(args) -> None:
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
     same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact", "tiled_mlp", "cp_comm")
+    same += ("offload_optimizer", "offload_params", "fused_norm", "sp_size")
     kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
     step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
     with contextlib.redirect_stdout(sys.stderr):  # a library's chatter (DeepSpeed's accelerator line) is not the report
         profile = step(attn_implementation=args.attn)
     summary = {**profile.summary(), "versions": versions()}
     if args.gpu is not None:
-        summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size)
+        summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size * args.sp_size)
     named = args.gpu if args.gpu is not None and cards.card(args.gpu) else None  # a number of GiB has no speeds
     if args.device == "cuda":  # the GPU's step, priced on the card named (else the guide's)
         summary["time"] = timing.step_time(profile, named or cards.DEFAULT)
@@ -151,13 +152,16 @@ def _cmd_estimate(args) -> None:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
     per = f", per rank of {args.cp_size} (CP)" if args.cp_size > 1 else ""
+    per += f", per rank of {args.sp_size} (Ulysses SP)" if args.sp_size > 1 else ""
+    adamw = "the host's" if args.offload_optimizer else args.optim
     print(
         f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
         f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}"
-        f"{', tiled MLP' if args.tiled_mlp else ''}): "
+        f"{', tiled MLP' if args.tiled_mlp else ''}{', optimizer on the host' if args.offload_optimizer else ''}"
+        f"{', weights on the host' if args.offload_params else ''}{', fused norms' if args.fused_norm else ''}): "
         f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
         f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
-        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, {args.optim} AdamW)"
+        f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, {adamw} AdamW)"
     )
     if (mask := summary["attention_mask_gib"]) > 0:
         window = f" (sliding window of {summary['sliding_window']:,} tokens)" if summary["sliding_window"] else ""
@@ -179,7 +183,8 @@ def _cmd_plan(args) -> None:
     from longctx.memory.plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
-    kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp")} | dict(attn_implementation=args.attn)
+    kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp", "host_state")}
+    kwargs["attn_implementation"] = args.attn
     with contextlib.redirect_stdout(sys.stderr):  # progress and any library's chatter: stdout holds only the plan
         gpu = args.gpu if cards.card(args.gpu) else gib  # a card's name prices the times on that card
         result = plan(args.model, parse_length(args.seq_len), gpu_memory_gib=gpu, progress=True, exact=args.exact, **kwargs)
@@ -249,9 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
     p.add_argument("--no-checkpointing", action="store_true", help="keep every activation (no recomputation)")
     p.add_argument("--offload", action="store_true", help="offload checkpointed layer inputs to host memory")
+    p.add_argument("--offload-optimizer", action="store_true", help="AdamW's state and fp32 weights on the host, its "
+                   "step there (DeepSpeed ZeRO's offload_optimizer: cpu)")  # fmt: skip
+    p.add_argument("--offload-params", action="store_true", help="the layers' weights on the host too, fetched per layer "
+                   "(ZeRO-3's offload_param: cpu; needs --offload-optimizer)")  # fmt: skip
+    p.add_argument("--fused-norm", action="store_true", help="Liger-Kernel's fused RMSNorm (one kernel each way)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
+    p.add_argument("--sp-size", type=int, default=1, help="Ulysses sequence parallelism over N GPUs (DeepSpeed's; the "
+                   "state sharded as ZeRO-3 does, by FSDP2): the estimate is per rank")  # fmt: skip
     p.add_argument("--cp-comm", default="allgather", help="how CP ranks exchange keys and values (accelerate's "
                    "cp_comm_strategy): allgather (its default) or alltoall (a ring of sends)")  # fmt: skip
     # the choices below are checked (and listed) by the estimator itself, which this parser does not import
@@ -261,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true", help="trace every layer (default: 3 and 4 layers, extended; the same bytes)")
     p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
+    p.add_argument("--host-state", action="store_true", help="ALST's one-GPU levers as steps: the optimizer, then the "
+                   "weights on the host (DeepSpeed ZeRO offload), Liger's fused norm")  # fmt: skip
     p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB", help=f"each GPU: {CARDS} (default H100-80GB)")
     p.add_argument("--exact", action="store_true", help="trace every layer of every step")
     p = command("list", _cmd_list, "the notebooks, their sizes and what each size needs")

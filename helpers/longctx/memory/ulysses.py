@@ -1,0 +1,44 @@
+"""Ulysses sequence parallelism on fake tensors (DeepSpeed's `UlyssesSPAttentionHF`, ALST's multi-GPU lever): each of
+`sp` ranks holds 1/sp of the sequence everywhere but inside attention, where an all-to-all hands it the whole sequence
+for 1/sp of the heads (KV heads replicated when there are fewer than ranks, as DeepSpeed 0.19.8 does) and another
+all-to-all gives the output back. On fake tensors an all-to-all is its output buffer, a new tensor in the other layout,
+in forward and in backward alike; the attention kernel between them runs on the whole sequence. The collectives' bytes
+are not priced (memory/timing.py prices FSDP's and CP's)."""
+
+import torch
+
+NAME = "longctx_ulysses"
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.shape = x.shape
+        return x.new_empty(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.new_empty(ctx.shape), None
+
+
+def register(sp: int, base: str) -> str:
+    """Register the attention implementation `base` run the Ulysses way over `sp` ranks; returns its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    inner = ALL_ATTENTION_FUNCTIONS[base]
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        batch, _, tokens, _ = query.shape  # (batch, heads, this rank's tokens, head_dim)
+
+        def whole(t):  # this rank's heads over the whole sequence
+            return _AllToAll.apply(t, (batch, max(t.shape[1] // sp, 1), tokens * sp, t.shape[3]))
+
+        out, _ = inner(module, whole(query), whole(key), whole(value), None, **{**kwargs, "is_causal": True})
+        # (batch, whole sequence, heads / sp, head_dim) → (batch, this rank's tokens, heads, head_dim)
+        return _AllToAll.apply(out, (batch, tokens, out.shape[2] * sp, out.shape[3])), None
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, flash_attention_mask)  # the whole sequence is causal: no mask is built
+    return NAME
