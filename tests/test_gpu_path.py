@@ -158,6 +158,9 @@ def test_offline_hub_without_the_cache_is_refused(monkeypatch, tmp_path):
         needs.check("02_yarn", "gpu", {"MODEL": "Qwen/Qwen3-4B"}, have=h200)
     # a local model folder needs no hub
     needs.check("02_yarn", "gpu", {"MODEL": str(data_dir() / "yarn-base"), "DATASET": "corpus"}, have=h200)
+    # a CPU size told to load a hub id is refused the same way, before a kernel starts
+    with pytest.raises(LongctxError, match="01_chunked_loss at size ci downloads Qwen/Qwen3-0.6B from the hub"):
+        needs.check("01_chunked_loss", "ci", {"MODEL": "Qwen/Qwen3-0.6B"})
 
 
 def test_sweeps_and_figures_check_the_machine_before_any_point(tmp_path):

@@ -1,34 +1,46 @@
-"""Optimizer state and weights in host memory, the way DeepSpeed's ZeRO offload runs on one GPU (ALST's one-GPU recipe,
-arXiv:2506.13996: ZeRO-3 with `offload_optimizer: {device: cpu}` and `offload_param: {device: cpu}`):
-- optimizer offload: AdamW's two moments and the fp32 master weights live on the host; each gradient leaves the device
-  as soon as it is accumulated (DeepSpeed moves them in buckets of `reduce_bucket_size` elements, here one tensor at a
-  time) into an fp32 gradient on the host; the update runs there (DeepSpeed's CPU Adam) and the new weights are copied
-  back. The device keeps the weights: 16 bytes a parameter leave it (2 gradient + 12 AdamW in bf16 training).
-- parameter offload (with it): the decoder layers' weights live on the host too. A layer's weights come to the device
-  when the layer runs (forward, and its recomputation in backward) and leave after its forward, and in backward each
-  once its gradient is made. The
-  embedding, the final norm and the head stay (DeepSpeed would fetch them too: they are read by TRL's fused head,
-  outside their modules' forward, so the estimate keeps them, at most a few GiB).
-Host memory per parameter: 16 bytes (fp32 master, two moments, fp32 gradient), 18 with the weights (DeepSpeed's own
-`estimate_zero3_model_states_mem_needs` counts the same, times a 1.5 buffer factor). The device's copies are freed by
-resizing their storage to 0, as FSDP and DeepSpeed do, which torch's MemTracker follows."""
+"""Optimizer state and weights in host memory, as DeepSpeed 0.19.8's ZeRO-3 runs them on one GPU (ALST's one-GPU recipe,
+arXiv:2506.13996: `offload_optimizer: {device: cpu}` and `offload_param: {device: cpu}`), read from its
+runtime/zero/stage3.py:
+- optimizer offload: AdamW's two moments and the fp32 master weights live on the host, with an fp32 gradient buffer
+  for them and a gradient slot per parameter in the training dtype (`grad_partitions_flat_buffer`): 18 bytes a
+  parameter. The device keeps the weights and one reduce bucket (`reduce_bucket_size` elements, the whole run). When a
+  parameter's gradient is made (DeepSpeed moves them as buckets fill; here one tensor at a time) it is copied into its
+  host slot, that slot comes back to the device and is cast to fp32 there (`partition_grads`,
+  `_offload_grad_partition_at_boundary`), and the fp32 copy goes into the host's gradient. The update runs on the host
+  (DeepSpeed's CPU Adam) and the new weights are copied back. Off the device: the gradients and the moments.
+- parameter offload (with it): the decoder layers' weights live on the host too (20 bytes a parameter). A layer's
+  weights come to the device when its modules run (forward, and the recomputation in backward), leave after the
+  layer's forward, and in backward each once its gradient is made. The embedding, the final norm and the head stay
+  on the device here (TRL's fused head reads the head outside its module's forward); DeepSpeed would fetch them too.
+DeepSpeed's own `estimate_zero3_model_states_mem_needs` counts 16 and 18 host bytes a parameter (no gradient slots),
+times a 1.5 buffer factor. Where DeepSpeed frees a weight by pointing `param.data` at an empty tensor, this resizes
+the weight's storage to 0 (as FSDP does), which torch's MemTracker follows; the bytes are the same."""
 
 import torch
 
 
 class HostState:
     """Install on `model` before any tracker; `step()` is the optimizer's. `host`: the host's device (`meta` on fake
-    tensors). `params`: also keep the decoder layers' weights on the host. Each tensor gets its own AdamW, stepped and
-    copied back in turn, as DeepSpeed's CPU Adam goes through its sub-groups (and as the estimate's layers repeat)."""
+    tensors). `params`: also keep the decoder layers' weights on the host. `bucket`: the reduce bucket's elements
+    (None: DeepSpeed's default). Each tensor gets its own AdamW, stepped and copied back in turn, as DeepSpeed's CPU
+    Adam goes through its sub-groups (and as the estimate's layers repeat)."""
 
-    def __init__(self, model, host, *, params: bool, lr: float) -> None:
+    def __init__(self, model, host, *, params: bool, lr: float, bucket: int | None = None) -> None:
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
         self.device_params = [p for p in model.parameters() if p.requires_grad]
         # copies even where host and device are one memory (a CPU run): the device's copies are freed below
         self.masters = [torch.nn.Parameter(p.detach().to(host, torch.float32, copy=True)) for p in self.device_params]
+        for master in self.masters:
+            master.grad = torch.zeros_like(master)  # the fp32 gradient buffer, allocated once
+        self.slots = [torch.zeros_like(p, device=host) for p in self.device_params]
+        first = self.device_params[0]
+        size = DeepSpeedZeroConfig().reduce_bucket_size if bucket is None else bucket
+        self.bucket = torch.empty(size, dtype=first.dtype, device=first.device)
         self.optimizers = [torch.optim.AdamW([m], lr=lr, foreach=False) for m in self.masters]
         self.kept = {}  # device weight → its host copy in the training dtype, for those that leave the device
-        for p, master in zip(self.device_params, self.masters):
-            p.register_post_accumulate_grad_hook(self._grad_to_host(master))
+        for p, master, slot in zip(self.device_params, self.masters, self.slots):
+            p.register_post_accumulate_grad_hook(self._grad_to_host(master, slot))
         if params:
             for layer in model.model.layers:
                 mine = [p for p in layer.parameters() if p.requires_grad]
@@ -43,26 +55,31 @@ class HostState:
                 layer.register_forward_hook(lambda module, args, out, mine=mine: _free(*mine))
 
     def tracked(self) -> list:
-        """What a memory tracker must be told of: the host's tensors, and the optimizers (their state)."""
-        return [*self.masters, *self.kept.values(), *self.optimizers]
+        """What a memory tracker must be told of: the host's tensors, the bucket ("other" on the device), and the
+        optimizers (their state)."""
+        host = [*self.masters, *(m.grad for m in self.masters), *self.slots, *self.kept.values()]
+        return [*host, self.bucket, *self.optimizers]
 
     def step(self) -> None:
         for p, master, optimizer in zip(self.device_params, self.masters, self.optimizers):
+            grad = master.grad
             optimizer.step()
+            master.grad = grad  # the buffer stays allocated for the next step (zero_grad does not free it)
             with torch.no_grad():  # the updated weight to where the step reads it
                 self.kept.get(p, p).copy_(master)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for master in self.masters:
-            master.grad = None
+            master.grad.zero_()
 
-    def _grad_to_host(self, master):
+    def _grad_to_host(self, master, slot):
+        @torch.no_grad()
         def hook(p) -> None:
             if getattr(p, "ds_grad_is_ready", True) is False:  # DeepSpeed's TiledMLP: more shards to add, as ZeRO waits
                 return
-            grad = p.grad.to(master.device, torch.float32)
-            master.grad = grad if master.grad is None else master.grad.add_(grad)
+            slot.copy_(p.grad)  # into its host slot, in the training dtype
             p.grad = None
+            master.grad.copy_(slot.to(p.device).to(torch.float32))  # back, cast on the device, into the fp32 buffer
             if p in self.kept:  # its gradient is made: the weight is not needed again this step
                 _free(p)
 

@@ -143,8 +143,8 @@ def _attention_dropout(cfg) -> float:
 
 
 def _flash_kernels(cfg) -> list | None:
-    """The flash kernels transformers runs this model class on, where the class names them (None: any). GPT-OSS names
-    the hub kernels that take its attention sinks; on others, FlashAttention-2 included, transformers drops them."""
+    """The flash kernels transformers runs this model class on, where the class names them (None: any). GPT-OSS, for
+    one, names the hub kernels that take its attention sinks; FlashAttention-2 would drop them."""
     from transformers import AutoModelForCausalLM
 
     try:
@@ -182,8 +182,9 @@ def build_step(
     flash = _flash_kernels(cfg)
     if attn_implementation == "flash_attention_2" and flash is not None:
         raise LongctxError(
-            f"transformers runs {cfg.model_type} on its own flash kernels ({', '.join(flash)}), not FlashAttention-2, "
-            "which leaves out part of its attention (GPT-OSS's sinks): estimate it with --attn eager."
+            f"transformers runs {cfg.model_type} on the flash kernels its class names ({', '.join(flash)}) and swaps a "
+            "request for another flash kernel for one of them; longctx models FlashAttention-2, not among them (on it "
+            "GPT-OSS would lose its attention sinks): estimate it with --attn eager, or sdpa where transformers runs it."
         )
     if attn_implementation == "flash_attention_2":
         attn_implementation = compat.register_flash_attention_2(gpu_kernels)

@@ -2,8 +2,10 @@
 `sp` ranks holds 1/sp of the sequence everywhere but inside attention, where an all-to-all hands it the whole sequence
 for 1/sp of the heads (KV heads replicated when there are fewer than ranks, as DeepSpeed 0.19.8 does) and another
 all-to-all gives the output back. On fake tensors an all-to-all is its output buffer, a new tensor in the other layout,
-in forward and in backward alike; the attention kernel between them runs on the whole sequence. The collectives' bytes
-are not priced (memory/timing.py prices FSDP's and CP's)."""
+in forward and in backward alike; the attention kernel between them runs on the whole sequence. Left out: the
+contiguous copies DeepSpeed makes around each all-to-all (`rearrange(...).contiguous()`), the keys' and values' copy
+when it repeats KV heads for more ranks than heads, the all-gather of the position ids, and the collectives' time
+(memory/timing.py prices FSDP's and CP's, not these)."""
 
 import torch
 

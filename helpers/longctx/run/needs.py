@@ -83,11 +83,33 @@ def machine() -> Machine:
 
 
 def check(notebook: str, size: str, params: dict, have: Machine | None = None) -> Needs:
-    """Refuse, naming what is missing, when this machine lacks what `notebook` at `size` needs."""
-    needs = of(notebook, size)
-    if needs.accelerator == "none":
-        return needs
-    have, run = have or machine(), f"{notebook} at size {size}"
+    """Refuse, naming what is missing, when this machine lacks what `notebook` at `size` needs: a hub id the run names
+    that cannot be fetched (at any size: -p MODEL=... can name one at a CPU size too), the accelerator, its memory, the
+    disk the size's downloads take."""
+    from huggingface_hub import constants  # the hub ids a run names (MODEL, DATASET, ...) must be cached or fetchable
+
+    needs, run = of(notebook, size), f"{notebook} at size {size}"
+    cache, ids = Path(constants.HF_HUB_CACHE), [v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)]
+    ids = [i for i in ids if HUB_ID.match(i) and not Path(i).exists()]
+    missing = [i for i in ids if not any((cache / f"{k}--{i.replace('/', '--')}").is_dir() for k in ("models", "datasets"))]
+    if missing and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise LongctxError(
+            f"{run} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE is set and they are not in the cache. "
+            "Download them first (huggingface-cli download), or point MODEL / DATASET at local folders with -p."
+        )
+    if needs.accelerator != "none":
+        _check_accelerator(needs, run, have or machine())
+    if needs.hub and missing:
+        cache.mkdir(parents=True, exist_ok=True)
+        if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
+            raise LongctxError(
+                f"{run} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) into {cache}, which has {free / GB:.1f} GB "
+                "free. Free space there or set HF_HOME to a larger disk."
+            )
+    return needs
+
+
+def _check_accelerator(needs: Needs, run: str, have: Machine) -> None:
     count, wanted = len(have.memory_bytes), f"{run} needs {needs.describe().split(',')[0]}"
     if have.accelerator not in needs.accelerator.split("-or-") or count < needs.gpus:  # "cuda" or "cuda-or-neuron"
         found = f"{count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
@@ -101,25 +123,6 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
             f"{wanted}; this machine has {', '.join(f'cuda:{i} {have.memory_bytes[i] / GB:.0f} GB' for i in small)}. Use larger "
             "cards, or lower the size's lengths with -p (check them first with `longctx estimate`)."
         )
-    if not needs.hub:
-        return needs
-    from huggingface_hub import constants  # the hub ids a run names (MODEL, DATASET, ...) must be cached or fit the disk
-
-    cache, ids = Path(constants.HF_HUB_CACHE), [v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)]
-    ids = [i for i in ids if HUB_ID.match(i) and not Path(i).exists()]
-    if missing := [i for i in ids if not any((cache / f"{k}--{i.replace('/', '--')}").is_dir() for k in ("models", "datasets"))]:
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-            raise LongctxError(
-                f"{run} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE is set and they are not in the cache. "
-                "Download them first (huggingface-cli download), or point MODEL / DATASET at local folders with -p."
-            )
-        cache.mkdir(parents=True, exist_ok=True)
-        if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
-            raise LongctxError(
-                f"{run} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) into {cache}, which has {free / GB:.1f} GB "
-                "free. Free space there or set HF_HOME to a larger disk."
-            )
-    return needs
 
 
 def markdown() -> str:
