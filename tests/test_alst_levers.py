@@ -210,3 +210,12 @@ def test_alsts_node_point_fits_eight_h100s_with_ulysses_and_its_levers():
     n = ALST_ONE_NODE.value // 8 * 8
     levers = dict(offload=True, tiled_mlp=True, sp_size=8)
     assert estimate(cfg, n, **levers, fused_norm=True).peak_gib <= capacity < estimate(cfg, n, **levers).peak_gib
+
+
+def test_parameter_offload_refuses_a_model_that_would_not_recompute():
+    """Without checkpointing in training mode, backward would read weights already sent back to the host."""
+    from longctx.host_state import HostState
+
+    model = models.load("tiny", seed=0)
+    with pytest.raises(LongctxError, match="checkpointing on"):
+        HostState(model.eval(), "cpu", params=True, lr=1e-3, bucket=1)

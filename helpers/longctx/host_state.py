@@ -18,6 +18,8 @@ the weight's storage to 0 (as FSDP does), which torch's MemTracker follows; the 
 
 import torch
 
+from longctx.errors import LongctxError
+
 
 class HostState:
     """Install on `model` before any tracker; `step()` is the optimizer's. `host`: the host's device (`meta` on fake
@@ -41,11 +43,19 @@ class HostState:
         self.kept = {}  # device weight → its host copy in the training dtype, for those that leave the device
         for p, master, slot in zip(self.device_params, self.masters, self.slots):
             p.register_post_accumulate_grad_hook(self._grad_to_host(master, slot))
+        if params and not (model.training and model.is_gradient_checkpointing):
+            raise LongctxError(
+                "Parameter offload fetches a layer's weights again for its recomputation: put the model in training "
+                "mode (model.train()) with checkpointing on (model.activation_checkpointing_enable())."
+            )
         if params:
             for layer in model.model.layers:
                 mine = [p for p in layer.parameters() if p.requires_grad]
                 for p in mine:
                     self.kept[p] = p.detach().to(host, copy=True)
+                    storage = p.untyped_storage()  # weights mapped from a file, or sharing one storage: give it its own
+                    if not storage.resizable() or storage.nbytes() != p.numel() * p.element_size():
+                        p.data = torch.empty_like(p)
                     _free(p)
                 # fetched by the modules that own them: transformers checkpoints a layer's `forward`, so the layer's own
                 # hooks stay outside the recomputation, its modules' run inside it
