@@ -104,6 +104,39 @@ def test_figures_moves_only_its_own_files_into_place(tmp_path):
     assert (fresh / "long_context_scaling.png").read_text() == "my plot"
 
 
+def test_figures_runs_its_notebooks_under_the_out_folder_given(tmp_path, monkeypatch):
+    """`figures --out X` writes nothing outside X: each notebook runs in X/runs/<notebook>, and X is its own again."""
+    from types import SimpleNamespace
+
+    from longctx.paths import build_dir
+    from longctx.run import needs
+    from longctx.tools import figures
+
+    ran = []
+
+    def stand_in(nb, size, out, **kwargs):  # the harness's run, writing only the figures regenerate copies
+        ran.append(out)
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+        for name in (n for n, owner in figures.GUIDE_FIGURES.items() if owner == nb):
+            for ext in ("png", "svg"):
+                (out / "figures" / f"{name}.{ext}").write_text(name)
+        return SimpleNamespace(out=out, results={})
+
+    monkeypatch.setattr(harness, "run", stand_in)
+    monkeypatch.setattr(needs, "check", lambda *a: None)  # the machine's needs are tested elsewhere
+    monkeypatch.setenv("LONGCTX_BUILD", str(tmp_path / "build"))
+    out = tmp_path / "X"
+    for _ in range(2):  # the second time into its own folder, runs/ included
+        ran.clear()
+        assert figures.regenerate("ci", out, progress=False) == out.resolve()
+        assert ran and all(r.parent == out.resolve() / figures.RUNS for r in ran)
+    assert not any(build_dir().iterdir())  # nothing in the default build folder
+    (out / figures.RUNS / "x").mkdir()
+    (out / "runs2").write_text("mine")
+    with pytest.raises(LongctxError, match="runs2"):
+        figures.regenerate("ci", out, progress=False)
+
+
 def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):
     import shutil
 

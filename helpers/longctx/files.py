@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from longctx.units import MIB
 OUT_ROOM = 64
 MARKER = ".longctx-{}.json"  # a command's marker in a folder it wrote; it holds MARK
 MARK = '["*"]'  # a hand-made file of that name holding anything else is no marker
+BUILT = ".longctx-{}-files.json"  # the files a command's last build of a whole folder wrote (swap_in)
 
 
 def mark_claimed(folder: Path, command: str) -> None:
@@ -32,11 +34,16 @@ def _look(out: Path, command: str) -> tuple[list[str], bool]:
     return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked
 
 
-def json_object(path: Path) -> dict | None:
-    """A JSON object read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
+def _json(path: Path):
+    """JSON read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
     with contextlib.suppress(OSError, ValueError):
-        value = json.loads(path.read_text()) if path.is_file() else None
-        return value if isinstance(value, dict) else None
+        return json.loads(path.read_text()) if path.is_file() else None
+
+
+def json_object(path: Path) -> dict | None:
+    """A JSON object read from a regular file, or None."""
+    value = _json(path)
+    return value if isinstance(value, dict) else None
 
 
 def _shown(names) -> str:
@@ -68,13 +75,18 @@ def _writable(out: str | Path) -> Path:
     return out
 
 
-def check_out(out: str | Path, command: str, *, writes: set[str], force: bool = False, replace_own: bool = True) -> Path:
+def check_out(
+    out: str | Path, command: str, *, writes: set[str], folders: set[str] = frozenset(), force=False, replace_own=True
+) -> Path:
     """Refuse, before any work, an `out` that cannot be written or holds files `command` did not write (every file
-    but `writes` with its marker, every file without). `force` keeps them beside the command's, but still refuses
-    a user's file named as one of `writes`, unless `replace_own=False` (a model), where `force` asks to replace it."""
+    but `writes` (and the sub`folders` it writes) with its marker, every file without). `force` keeps them beside
+    the command's, but still refuses a user's file named as one of `writes`, unless `replace_own=False` (a model),
+    where `force` asks to replace it."""
     out = _writable(out)
     present, marked = _look(out, command)
-    foreign = [name for name in present if not (marked and name in writes)]
+    if wrong := [name for name in sorted(folders) if (out / name).is_symlink() or (out / name).is_file()]:
+        raise LongctxError(f"{out / wrong[0]} should be a folder that `longctx {command}` writes; move it away.")
+    foreign = [name for name in present if not (marked and name in writes | folders)]
     if present and not replace_own and not force:
         raise LongctxError(
             f"{out} is not empty ({_shown(present)}). Choose a new folder, or pass --force to replace the files "
@@ -122,6 +134,48 @@ def staging(out: Path) -> tempfile.TemporaryDirectory:
     """A fresh temporary folder beside `out` (same file system, so the final moves are renames)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     return tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-")
+
+
+def _entries(root: Path) -> list[str]:
+    """Every file and link under `root`, relative, links to folders included and never followed."""
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        links = [d for d in subfolders if os.path.islink(os.path.join(folder, d))]
+        found += [os.path.relpath(os.path.join(folder, name), root) for name in names + links]
+    return sorted(found)
+
+
+def swap_in(new: Path, out: Path, command: str) -> None:
+    """Put the folder `new`, built beside `out`, in place of `out` whole: `out` is never written into (a link in it
+    is never followed, a killed build never mixes two), it keeps its mode, and the files in it that the last build
+    did not write (the user's) move into the new one. A clash is refused before anything moves."""
+    own = {MARKER.format(command), BUILT.format(command)}
+    built = [name for name in _entries(new) if name not in own]
+    carried, mode = [], None
+    if out.exists():
+        mode = stat.S_IMODE(out.stat().st_mode)
+        raw = None if (out / BUILT.format(command)).is_symlink() else _json(out / BUILT.format(command))
+        # a folder built before this record: everything not rebuilt is kept
+        last = {str(n) for n in raw} if isinstance(raw, list) else set(built)
+        carried = [name for name in _entries(out) if name not in last | own]
+        made = set(built) | {str(Path(name).parent) for name in built}
+        if clash := [name for name in carried if name in made or any(str(p) in built for p in Path(name).parents)]:
+            raise LongctxError(
+                f"{out / clash[0]} is yours, and the new build writes {clash[0]} (or a folder of that name). Move it "
+                f"out of {out} (or give --out another folder); nothing was changed."
+            )
+    (new / BUILT.format(command)).write_text(json.dumps(built))
+    mark_claimed(new, command)
+    if mode is not None:
+        os.chmod(new, mode)
+    aside = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, aside)
+    os.replace(new, out)
+    for name in carried:  # the user's files, moved (a link as a link) before the old build is removed
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(aside / name, out / name)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _check_targets(out: Path, names) -> None:

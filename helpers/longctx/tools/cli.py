@@ -58,7 +58,7 @@ def _cmd_sweep(args) -> None:
 
 def _cmd_figures(args) -> None:
     out = figures.regenerate(args.size, args.out, progress=not args.quiet, force=args.force, timeout=args.timeout)
-    runs = figures.runs_dir(args.size)  # not under --out, which holds the figures alone
+    runs = out / figures.RUNS
     print(f"{len(figures.GUIDE_FIGURES)} guide figures (PNG + SVG) and index.md → {out} (the notebooks ran in {runs})")
 
 

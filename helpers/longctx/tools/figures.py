@@ -21,20 +21,18 @@ GUIDE_FIGURES = {
 }
 
 
-def runs_dir(size: str) -> Path:
-    """Where `regenerate` runs the notebooks, one folder each (the figures folder holds only the figures)."""
-    return build_dir() / "figures-runs" / size
+RUNS = "runs"  # the folder beside the figures where `regenerate` runs the notebooks, one folder each
 
 
 def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, progress=True, force=False, timeout=None):
-    """Run the notebooks that draw the guide's figures at `size` (or reuse `runs`: notebook → RunResult); write the
-    figures and index.md into `out` (default build/figures/<size>/), refused before any run if it holds files this
-    command did not write (`force`: add them beside); `timeout`: minutes per notebook (harness.run)."""
+    """Run the notebooks that draw the guide's figures at `size` into `out`/runs/ (or reuse `runs`: notebook →
+    RunResult); write the figures and index.md into `out` (default build/figures/<size>/), refused before any run
+    if it holds files this command did not write (`force`: add them beside); `timeout`: minutes per notebook."""
     from longctx.run import harness, needs
 
     harness.check_timeout(timeout)
     writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
-    out = files.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, force=force)
+    out = files.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, folders={RUNS}, force=force)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
     for nb in notebooks:  # every notebook's parameters and needs before the first one runs
         params = harness.size_params(harness.resolve(nb), size)
@@ -43,7 +41,7 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     runs = dict(runs or {})
     for nb in (nb for nb in notebooks if nb not in runs):
         print(f"== {nb} ({size})", flush=True)
-        runs[nb] = harness.run(nb, size, out=runs_dir(size) / nb, progress=progress, timeout=timeout)
+        runs[nb] = harness.run(nb, size, out=out / RUNS / nb, progress=progress, timeout=timeout)
     with files.staging(out) as tmp:
         lines = [
             f"# Guide figures ({size} size)\n\nEach from the run named under it (`longctx figures --size {size}`); "

@@ -2,12 +2,10 @@
 from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
 site opens from disk (file://) as well as from any static web server."""
 
-import contextlib
 import importlib.util
 import json
 import re
 import shutil
-import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -24,8 +22,6 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
     """Build the site of the runs at `size` into `out` (default build/site/<size>/). `runs`: notebook → executed
     .ipynb beside its results.json (default: build/<notebook>/ where it ran at `size`); `figures`: `longctx figures`'
     folder (default build/figures/<size>/)."""
-    import logging
-
     from longctx.run import harness
 
     if missing := [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]:
@@ -33,50 +29,81 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
             f"The site needs MkDocs, its Material theme and mkdocs-jupyter ({', '.join(missing)} "
             "missing): pip install -e '.[site]' (or `make site`)."
         )
-    from mkdocs.commands.build import build as mkdocs_build
-    from mkdocs.config import load_config
-
     check_choice("size", size, harness.SIZES)
     out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
     if runs is None:
         runs = {}
         for name in harness.notebooks():
             executed = build_dir() / name / f"{name}.ipynb"
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads((executed.parent / "results.json").read_text()).get("size") == size and executed.is_file():
-                    runs[name] = executed
-    with tempfile.TemporaryDirectory(prefix="longctx-site-") as tmp:
-        docs, site = Path(tmp) / "docs", Path(tmp) / "site"
-        nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
-        config = {
-            "site_name": f"longctx lessons ({size} run)",
-            "docs_dir": str(docs),
-            "site_dir": str(site),
-            "use_directory_urls": False,  # pages are .html files: the site opens from disk
-            "strict": True,  # a link MkDocs can check that points nowhere fails the build
-            "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
-            "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
-            # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
-            "plugins": [
-                {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
-            ],
-            "nav": nav,
-        }
-        (Path(tmp) / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
-        logger = logging.getLogger("mkdocs")
-        level = logger.level
-        logger.setLevel(level if progress else logging.ERROR)
-        try:
-            mkdocs_build(load_config(config_file=str(Path(tmp) / "mkdocs.yml")))
-        except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
-            raise LongctxError(f"MkDocs could not build the site: {exc}") from None
-        finally:
-            logger.setLevel(level)
-        if problems := broken_links(site):
-            raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
-        # copied over the last build: its pages are replaced, a file the user added there is kept
-        shutil.copytree(site, files.claim_folder(out, "site"), dirs_exist_ok=True)
+            if (files.json_object(executed.parent / "results.json") or {}).get("size") == size:
+                runs[name] = executed
+    runs = {name: _checked_run(name, Path(executed), size) for name, executed in runs.items()}
+    try:  # built in a fresh folder beside `out`, then swapped in whole (files.swap_in)
+        with files.staging(out) as tmp:
+            docs, site = Path(tmp) / "docs", Path(tmp) / "site"
+            nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
+            _mkdocs(docs, site, size, nav, progress)
+            if problems := broken_links(site):
+                raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
+            files.swap_in(site, out, "site")
+    except OSError as exc:  # a full disk, a folder made read-only meanwhile: the last site is left as it was
+        raise files.write_error(exc, out) from None
     return out
+
+
+def _mkdocs(docs: Path, site: Path, size: str, nav: list, progress: bool) -> None:
+    import logging
+
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+
+    config = {
+        "site_name": f"longctx lessons ({size} run)",
+        "docs_dir": str(docs),
+        "site_dir": str(site),
+        "use_directory_urls": False,  # pages are .html files: the site opens from disk
+        "strict": True,  # a link MkDocs can check that points nowhere fails the build
+        "theme": {"name": "material", "font": False},  # no web fonts: nothing is fetched from the network
+        "markdown_extensions": ["admonition", "tables", "pymdownx.superfences"],
+        # no conversion cache: mkdocs-jupyter would write it to .cache/ in whatever folder the command runs from
+        "plugins": [
+            {"mkdocs-jupyter": {"execute": False, "include": ["lessons/*.ipynb"], "include_source": True, "cache": False}}
+        ],
+        "nav": nav,
+    }
+    (docs.parent / "mkdocs.yml").write_text(json.dumps(config, indent=2))  # YAML reads JSON
+    logger = logging.getLogger("mkdocs")
+    level = logger.level
+    logger.setLevel(level if progress else logging.ERROR)
+    try:
+        mkdocs_build(load_config(config_file=str(docs.parent / "mkdocs.yml")))
+    except OSError:
+        raise
+    except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
+        raise LongctxError(f"MkDocs could not build the site: {exc}") from None
+    finally:
+        logger.setLevel(level)
+
+
+def _checked_run(name: str, executed: Path, size: str) -> Path:
+    """A run the site can show: its executed notebook readable, its results.json naming the run. Refused by name
+    otherwise, before anything is built."""
+    import nbformat
+
+    results = files.json_object(executed.parent / "results.json") or {}
+    fields = {"size": str, "finished": str, "seconds": (int, float), "versions": dict}
+    why = next((f"its results.json has no {k!r}" for k, kind in fields.items() if not isinstance(results.get(k), kind)), None)
+    if why is None:
+        try:
+            nbformat.read(executed, as_version=4)
+        except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
+            why = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})"
+    if why:
+        raise LongctxError(
+            f"The run in {executed.parent} cannot be shown: {why}. Run the lesson again (`longctx run {name[:2]} "
+            f"--size {size}`) or move that folder away; the site was not changed."
+        )
+    return executed
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:

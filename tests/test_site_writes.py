@@ -1,0 +1,112 @@
+"""How `longctx site` writes: a fresh folder beside the target, swapped in whole, the target's links never followed
+and its mode kept, the user's files carried over, damaged runs and a full disk refused by name. Runs are stand-ins
+(a one-cell notebook and its results.json): nothing is executed, so these run in the fast tier."""
+
+import errno
+import json
+import os
+import shutil
+
+import nbformat
+import pytest
+
+from longctx import LongctxError
+from longctx.run import harness
+from longctx.tools import site
+
+FIRST = next(iter(harness.notebooks()))
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A stand-in run of the first lesson at `ci`."""
+    folder = tmp_path / "runs" / FIRST
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A lesson"), nbformat.v4.new_code_cell("1")])
+    nbformat.write(nb, folder / f"{FIRST}.ipynb")
+    results = {"size": "ci", "finished": "2026-12-05T10:00:00", "seconds": 3.0, "versions": {"torch": "2.13.0"}}
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder / f"{FIRST}.ipynb"
+
+
+def build(out, runs):
+    return site.build("ci", out, runs=runs, figures=out.parent / "no-figures", progress=False)
+
+
+def test_a_rebuild_replaces_the_last_build_whole_and_keeps_what_the_user_added(tmp_path, run):
+    out = build(tmp_path / "site", {FIRST: run})
+    shown = out / "lessons" / f"{FIRST}.ipynb"  # mkdocs-jupyter's download of the executed notebook
+    assert shown.is_file()
+    (out / "lessons" / "notes.html").write_text("the user's")
+    build(out, {})
+    assert not shown.exists()  # the earlier run is not left behind
+    assert (out / "lessons" / "notes.html").read_text() == "the user's"
+    assert "Not executed" in (out / "lessons" / f"{FIRST}.html").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site"]  # no temporary left beside it
+
+
+def test_a_link_inside_the_site_is_never_written_through(tmp_path, run):
+    out = build(tmp_path / "site", {FIRST: run})
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text("another folder's file")
+    page = out / "lessons" / f"{FIRST}.html"
+    page.unlink()
+    page.symlink_to(elsewhere)  # a page of the last build, replaced by a link out of the folder
+    build(out, {FIRST: run})
+    assert elsewhere.read_text() == "another folder's file" and not page.is_symlink()
+
+
+def test_a_users_link_where_the_build_writes_is_refused_and_nothing_changes(tmp_path, run):
+    out = build(tmp_path / "site", {FIRST: run})
+    other = tmp_path / "other"
+    other.mkdir()
+    (out / "mine").symlink_to(other)  # at the top: refused as it is claimed
+    with pytest.raises(LongctxError, match="mine is a symbolic link: the command would write through it"):
+        build(out, {FIRST: run})
+    (out / "mine").unlink()
+    nested = out / "assets" / "javascripts"
+    shutil.move(nested, other / "javascripts")
+    nested.symlink_to(other / "javascripts")  # the user's link, where the build writes a folder
+    before = sorted(p.name for p in (other / "javascripts").iterdir())
+    with pytest.raises(LongctxError, match="is yours, and the new build writes assets/javascripts"):
+        build(out, {FIRST: run})
+    assert nested.is_symlink() and sorted(p.name for p in (other / "javascripts").iterdir()) == before
+
+
+def test_the_folders_mode_is_kept(tmp_path, run):
+    out = tmp_path / "site"
+    out.mkdir(mode=0o700)
+    build(out, {})
+    assert out.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("damage", ["no-versions", "cut-notebook", "not-a-notebook"])
+def test_a_damaged_run_is_refused_by_name_before_anything_is_built(tmp_path, run, damage):
+    if damage == "no-versions":
+        results = json.loads((run.parent / "results.json").read_text())
+        del results["versions"]
+        (run.parent / "results.json").write_text(json.dumps(results))
+    else:
+        text = run.read_text()
+        run.write_text(text[: len(text) // 2] if damage == "cut-notebook" else "[1, 2]")
+    out = tmp_path / "site"
+    with pytest.raises(LongctxError, match=rf"{run.parent}.*cannot be shown.*longctx run {FIRST[:2]} --size ci"):
+        build(out, {FIRST: run})
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_a_full_disk_leaves_the_last_site_as_it_was(tmp_path, run, monkeypatch):
+    out = build(tmp_path / "site", {FIRST: run})
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    copy = shutil.copyfile
+
+    def fills_up(src, dst, *args, **kwargs):
+        if str(dst).endswith("GLOSSARY.md"):  # half-way through the docs
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return copy(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", fills_up)
+    with pytest.raises(LongctxError, match="The disk is full"):
+        build(out, {})
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site"]
