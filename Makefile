@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all lessons data test test-fast lab lab-smoke site site-check figures clean
+.PHONY: all lessons data test test-fast slurm-check lab lab-smoke site site-check figures clean
 all: lessons
 
 $(STAMP): pyproject.toml
@@ -23,13 +23,19 @@ data: $(STAMP)
 lessons: data
 	$(BIN)/longctx all --size cpu
 
-# two workers on two cores (pytest-xdist, one torch thread each: tests/conftest.py)
+# two workers on two cores (pytest-xdist, one torch thread each: tests/conftest.py); the SLURM module is
+# `make slurm-check` (five minutes of a cluster's queue, which would take this past its 15)
 test: data
-	$(BIN)/pytest -q -n 2 --dist loadfile
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not slurm"
 
 # the inner loop: everything but the tests that start notebook kernels or process launches (under 3 minutes)
 test-fast: data
 	$(BIN)/pytest -q -m "not slow"
+
+# Sweeps on a real one-node SLURM that tests/slurm/start.sh installs and starts here, and stops afterwards (root,
+# Debian's packages: slurm-wlm, munge, slurmdbd on MariaDB)
+slurm-check: data
+	$(BIN)/pytest -q -m slurm tests/test_slurm.py
 
 lab: data
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[lab]'

@@ -186,9 +186,18 @@ def test_slurm_options_need_the_slurm_executor(tmp_path):
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path)
     with pytest.raises(LongctxError, match="need --executor slurm"):
         sweep.run(sw, executor="local", slurm={"partition": "gpu"})
-    for slurm, fragment in (({"time": -5}, "--time must be a whole number ≥ 1"), ({"gpus": -1}, "--gpus must be")):
+    bad = [
+        ({"time": -5}, "--time must be a number ≥ 1"),
+        ({"mem": 0}, "--mem must be a number ≥ 1"),
+        ({"cpus_per_task": 0}, "--cpus-per-task must be"),
+        ({"partition": "gpu"}, "slurm-debug rehearses on this machine and cannot honour --partition"),
+        ({"gpus": 1}, "cannot honour --gpus"),
+    ]
+    for slurm, fragment in bad:
         with pytest.raises(LongctxError, match=fragment):
             sweep.run(sw, executor="slurm-debug", slurm=slurm)
+    with pytest.raises(LongctxError, match="'a b' is not a SLURM name"):
+        sweep.run(sw, executor="slurm", slurm={"account": "a b"})
     assert not tmp_path.joinpath(".longctx-sweep.json").exists()  # refused before the folder was claimed
 
 
@@ -502,3 +511,49 @@ def test_a_metric_is_checked_against_the_flattened_names_the_table_shows(tmp_pat
         sweep._check_metric("peak.plain", sw, done)
     with pytest.raises(LongctxError, match=r"'note' is str, not a number to plot"):  # an empty plot otherwise
         sweep._check_metric("note", sw, done)
+
+
+def _fake(tmp_path, monkeypatch, **outputs: str) -> None:
+    """SLURM's client commands as scripts printing `outputs` (name → text), first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in outputs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\ncat <<'END'\n{text}\nEND\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_slurm_requests_are_checked_against_what_sinfo_lists(tmp_path, monkeypatch):
+    from longctx.tools import slurm
+
+    _fake(tmp_path, monkeypatch, sinfo="debug*|(null)|up\nbig|gpu:h100:8|up")
+    slurm.check({})  # the default partition
+    slurm.check({"partition": "big", "gpus": 8})
+    with pytest.raises(LongctxError, match="SLURM has no partition 'gpu': sinfo lists big, debug"):
+        slurm.check({"partition": "gpu"})
+    with pytest.raises(LongctxError, match="--gpus 1: partition 'debug' has no GPUs"):
+        slurm.check({"gpus": 1})
+
+
+def test_slurm_task_states_come_from_squeue_while_queued_and_sacct_once_ended(tmp_path, monkeypatch):
+    from longctx.tools import slurm
+
+    _fake(
+        tmp_path,
+        monkeypatch,
+        sacct="41_0|COMPLETED|0:0\n41_1|CANCELLED by 0|0:15\n41_2|TIMEOUT|0:0\n41_[4-5,7%2]|CANCELLED by 0|0:0",
+        squeue="41_3|PENDING|ReqNodeNotAvail, UnavailableNodes:n1\n41_2|COMPLETING|None",
+    )
+    assert slurm.states("41") == {
+        0: ("COMPLETED", "exit code 0:0"),
+        1: ("CANCELLED", "exit code 0:15"),
+        2: ("COMPLETING", "None"),  # squeue's view is the newer one
+        3: ("PENDING", "ReqNodeNotAvail, UnavailableNodes:n1"),
+        **dict.fromkeys([4, 5, 7], ("CANCELLED", "exit code 0:0")),  # cancelled before they started: one row
+    }
+    record = slurm.ended_record("TIMEOUT", "exit code 0:0", "41", 2, tmp_path)
+    assert record == {"status": "timed out", "error": "SLURM state TIMEOUT (exit code 0:0)"}
+    _fake(tmp_path, monkeypatch, sacct="", squeue="")
+    assert slurm.states("41") == {}
+    _fake(tmp_path, monkeypatch, sacct="42|TIMEOUT|0:0\n41_0|COMPLETED|0:0", squeue="")
+    assert slurm.states("42") == {0: ("TIMEOUT", "exit code 0:0")}  # a single point: a plain job, no array

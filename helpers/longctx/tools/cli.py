@@ -41,17 +41,17 @@ def _cmd_sweep(args) -> None:
     from longctx.run import harness
     from longctx.tools import sweep
 
-    slurm = {k: getattr(args, k) for k in ("partition", "gpus", "time") if getattr(args, k) is not None}
+    slurm = {k: getattr(args, k) for k in ("partition", "gpus", "time", "account", "qos", "mem", "cpus_per_task")}
     fixed = harness.parse_overrides(args.param)
     sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid), fixed=fixed, out=args.out, timeout=args.timeout)
     path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric, progress=not args.quiet)
     rows = sweep.table(sw)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "timed out", "error", "died", "missing")}
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "timed out", "error", "died", "cancelled", "missing")}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
     if counts["timed out"]:
         print(f"longctx: {counts['timed out']} point(s) ran past the {sw.limit:g}-minute limit and were stopped; a longer "
               "--timeout runs them again (the same command keeps them as timed out).", file=sys.stderr)  # fmt: skip
-    if unfinished := counts["error"] + counts["died"] + counts["missing"]:
+    if unfinished := counts["error"] + counts["died"] + counts["cancelled"] + counts["missing"]:
         where = sw.out / "points"
         raise LongctxError(f"{unfinished} point(s) did not finish (see point.json under {where}); the same command retries them.")
 
@@ -236,9 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
     p.add_argument("--executor", default="local", help="local | slurm | slurm-local | slurm-debug (submitit)")
     p.add_argument("--jobs", type=int, default=1, help="local executor: points run at once")
-    p.add_argument("--partition", default=None, help="SLURM partition")
+    p.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
     p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
-    p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes")
+    p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes (default 60)")
+    p.add_argument("--account", default=None, help="SLURM account to charge")
+    p.add_argument("--qos", default=None, help="SLURM quality of service")
+    p.add_argument("--mem", type=float, default=None, help="SLURM memory per point, GB")
+    p.add_argument("--cpus-per-task", type=int, default=None, help="SLURM CPU cores per point")
     what = "regenerate every guide figure into one folder, with an index page"
     command("figures", _cmd_figures, what, size, out, force, quiet, timeout)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)

@@ -14,7 +14,9 @@ import math
 import os
 import platform
 import shutil
+import signal
 import socket
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -160,16 +162,32 @@ def _read_record(folder: Path) -> dict:
 
 def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None, timeout=None) -> dict:
     """Execute one point into `folder` atomically, stopped after `timeout` minutes, and return its record (also
-    written as point.json). Safe to call in another process (SLURM job, pool worker)."""
+    written as point.json). Safe to call in another process (SLURM job, pool worker): one copy of a point runs at a
+    time (a requeued SLURM task beside a live one returns at once), and a finished point is never run again."""
     folder = Path(folder)
     if is_done(folder, key, timeout):
         return _read_record(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(folder.with_name(f".{folder.name}.lock"), timeout=0):
+            return _run_point(notebook, size, params, folder, runner, key, timeout)
+    except Timeout:
+        return {"status": "running elsewhere"}
+
+
+def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> dict:
     # host and PID in the name: only the process that made a temporary folder, or a later run on the same
     # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
     tmp = folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
+    if job := os.environ.get("SLURM_JOB_ID"):  # where it ran, for the user looking for its log
+        task = os.environ.get("SLURM_ARRAY_TASK_ID")  # unset for a single point, which submitit sends as a plain job
+        record["slurm_job"] = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if task else job
+        # SLURM warns a task of its time limit with SIGUSR2 (submitit's --signal), up to a minute early: submitit
+        # would requeue a task it takes for preempted, and the kernel (which inherits this) would die of it
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     try:
         result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False, timeout=timeout)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
@@ -178,21 +196,37 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
         died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
         status = "timed out" if exc.ename == harness.TIMED_OUT else "oom" if oom else "died" if died else "error"
         record.update(status=status, error=f"{exc.ename}: {exc.evalue}", limit_minutes=timeout)
+    return _place(tmp, folder, record)
+
+
+def _place(tmp: Path, folder: Path, record: dict) -> dict:
+    """Write the record into `tmp` and rename it into place, replacing an earlier failed attempt."""
     write_json_atomic(tmp / "point.json", record)
-    shutil.rmtree(folder, ignore_errors=True)  # an earlier failed attempt: replaced
+    shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return record
 
 
 def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, metric: str | None = None, progress=True) -> Path:
-    """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
+    """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path.
+    `slurm`: the options of tools.slurm.OPTIONS (partition, gpus, time in minutes, account, qos, mem in GB,
+    cpus_per_task)."""
     check_choice("executor", executor, EXECUTORS)
+    slurm = {k: v for k, v in (slurm or {}).items() if v is not None}
+    flags = ", ".join(f"--{k.replace('_', '-')}" for k in slurm)
     if slurm and executor == "local":
-        raise LongctxError("SLURM options (--partition, --gpus, --time) need --executor slurm.")
-    slurm = slurm or {}
-    for name, low in (("time", 1), ("gpus", 0)):  # minutes and GPUs per point (the CLI's argparse reads whole numbers)
-        if slurm.get(name, low) < low:
-            raise LongctxError(f"--{name} must be a whole number ≥ {low}, got {slurm[name]!r}.")
+        raise LongctxError(f"SLURM options ({flags}) need --executor slurm.")
+    if executor != "slurm" and (cannot := [k for k in slurm if k not in ("time", "mem", "cpus_per_task")]):
+        raise LongctxError(
+            f"--executor {executor} rehearses on this machine and cannot honour --{cannot[0].replace('_', '-')}; leave "
+            "it out of the rehearsal, or submit to the cluster with --executor slurm."
+        )
+    for name, low in (("time", 1), ("gpus", 0), ("mem", 1), ("cpus_per_task", 1)):  # minutes, GPUs, GB, cores a point
+        if not isinstance(slurm.get(name, low), (int, float)) or slurm.get(name, low) < low:
+            raise LongctxError(f"--{name.replace('_', '-')} must be a number ≥ {low}, got {slurm[name]!r}.")
+    for name in ("partition", "account", "qos"):
+        if name in slurm and not str(slurm[name]).replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise LongctxError(f"--{name} {slurm[name]!r} is not a SLURM name (letters, digits, -, _ and . only).")
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
     if executor != "local" and importlib.util.find_spec("submitit") is None:
@@ -204,13 +238,20 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
         )
     if not 1 <= jobs <= (os.cpu_count() or 1):  # each job runs a notebook kernel of its own
         raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, got {jobs}.")
-    if executor == "slurm" and sweep.machine is None:
-        sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
+    if executor == "slurm":
+        from longctx.tools import slurm as cluster
+
+        cluster.check(slurm)  # sinfo's partitions and their GPUs, before the folder is claimed
+        if sweep.machine is None:
+            sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
+    if "time" in slurm:  # a point stops at the shorter of the two limits, and is recorded as timed out under it
+        sweep.limit = min(sweep.limit, slurm["time"])
     data.require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
         for point in sweep.pending():
             needs.check(sweep.notebook, sweep.size, sweep.params(point))
-    for name, folder in (("points", True), ("source", True), ("submitit", True), (".lock", False), ("sweep.csv", False)):
+    written = {"points": True, "source": True, "submitit": True, ".lock": False, "sweep.csv": False, "slurm.json": False}
+    for name, folder in written.items():
         if (sweep.out / name).exists() and (sweep.out / name).is_dir() != folder:  # it would fail half-way
             raise LongctxError(
                 f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
@@ -246,17 +287,68 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
     elif executor == "local":
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
         children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), **bar))
-    else:  # one SLURM array job, a task per point
+    elif executor == "slurm":
+        _on_the_cluster(sweep, slurm, calls, bar)
+    else:  # submitit's rehearsal on this machine, as many points at once as it has cores
         import submitit
+        from submitit.core.utils import UncompletedJobError
 
         ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
-        ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}", slurm_array_parallelism=16)
-        # slurm_*: on a SLURM cluster only; submitit leaves out a None (the cluster's default partition)
-        ex.update_parameters(slurm_partition=slurm.get("partition"), slurm_gpus_per_node=slurm.get("gpus", 0))
-        for job in tqdm(ex.map_array(run_point, *zip(*calls)) if calls else [], **bar):
-            job.result()
+        ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}")
+        with tqdm(total=len(calls), **bar) as progress:
+            for start in range(0, len(calls), os.cpu_count() or 1):
+                for job in ex.map_array(run_point, *zip(*calls[start : start + (os.cpu_count() or 1)])):
+                    with contextlib.suppress(UncompletedJobError):  # killed: no record, so the point is run again
+                        job.result()
+                    progress.update()
     _check_metric(metric, sweep)
     return write_table(sweep, metric)
+
+
+def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) -> None:
+    """One SLURM job array, a task per point; its tasks watched until they end; Ctrl-C cancels it."""
+    import submitit
+
+    from longctx.tools import slurm
+
+    slurm.still_running(sweep.out)  # a re-run never duplicates the live tasks of the last one
+    logs = sweep.out / "submitit"
+    ex = submitit.AutoExecutor(folder=str(logs / "%j"), cluster="slurm")
+    ex.update_parameters(**slurm.parameters(options, f"longctx-{sweep.notebook}"))
+    submitted = time.time()
+    array = slurm.submit(ex, run_point, calls, sweep.out)
+    tqdm.write(
+        f"SLURM job array {array}: {len(calls)} task(s), one per point (`squeue -j {array}`, `sacct -j {array}`); "
+        f"their logs in {logs}/{array}{'_<task>' if len(calls) > 1 else ''}/, each point's notebook and record in "
+        f"{sweep.out / 'points'}/",
+    )
+    folders = [Path(call[3]) for call in calls]
+    try:
+        with tqdm(total=len(calls), **bar) as progress:
+            ended = slurm.wait(array, folders, lambda f: _recorded_since(f, submitted), progress)
+    except KeyboardInterrupt:
+        tqdm.write(f"longctx: {slurm.cancel(array)}; finished points are kept.")
+        raise
+    for task, (state, reason) in ended.items():
+        # no record of its own, or a kernel killed by SLURM's signal at its time limit or scancel: SLURM's account
+        own = _recorded_since(folders[task], submitted) or "missing"
+        if own not in ("missing", "died") or (own == "died" and state == "COMPLETED"):
+            continue
+        notebook, size, params, _, _, key, _ = calls[task]
+        job = f"{array}_{task}" if len(calls) > 1 else array
+        record = {"notebook": notebook, "size": size, "params": params, "key": key, "slurm_job": job}
+        record |= slurm.ended_record(state, reason, array, task, logs) | {"limit_minutes": sweep.limit}
+        tmp = folders[task].with_name(f".{folders[task].name}.tmp-{socket.gethostname()}-{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        _place(tmp, folders[task], record)
+
+
+def _recorded_since(folder: Path, since: float) -> str | None:
+    """The status of the point's record written after `since` (an earlier attempt's does not count)."""
+    with contextlib.suppress(OSError):
+        if (folder / "point.json").stat().st_mtime >= since:
+            return _read_record(folder).get("status")
+    return None
 
 
 def _snapshot(sweep: Sweep) -> Path:
@@ -297,7 +389,11 @@ def _scalars(value, prefix: str = "") -> dict:
 def table(sweep: Sweep) -> list[dict]:
     """One row per point, in grid order: grid values, status, and every scalar result."""
     records = [(point, _read_record(sweep.folder(point))) for point in sweep.points()]
-    return [{**p, "status": r.get("status"), "seconds": r.get("seconds"), **_scalars(r.get("results", {}))} for p, r in records]
+    said = ("status", "reason", "seconds")  # why a point failed, in its own words or SLURM's
+    return [
+        {**p, **dict(zip(said, (r.get("status"), r.get("error", ""), r.get("seconds")))), **_scalars(r.get("results", {}))}
+        for p, r in records
+    ]
 
 
 def write_table(sweep: Sweep, metric: str | None = None) -> Path:
@@ -322,7 +418,7 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
         label = ", ".join(f"{k}={v}" for k, v in zip(others, key)) or metric
         ax.plot([r[first] for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
         for r in members:
-            if r["status"] in ("oom", "error", "died", "timed out"):
+            if r["status"] != "ok":
                 ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom")
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
