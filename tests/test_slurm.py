@@ -33,6 +33,9 @@ def cluster():
     """The one-node cluster, up for this module (started when it is not), its client settings in os.environ."""
     if os.geteuid() != 0 or shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         pytest.skip("a one-node SLURM is started as root, from Debian's packages (apt-get): not available here")
+    conf = {**os.environ, "SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
+    ping = shutil.which("scontrol") and subprocess.run(["scontrol", "ping"], env=conf, capture_output=True, text=True, timeout=30)
+    was_up = bool(ping) and "UP" in ping.stdout  # someone's cluster already running: left running afterwards
     started = subprocess.run(["bash", str(HERE / "start.sh"), str(STATE)], capture_output=True, text=True, timeout=1200)
     assert started.returncode == 0, started.stderr[-4000:]
     env = dict(re.findall(r"^export (\w+)=(.*)$", (STATE / "env.sh").read_text(), re.M))
@@ -43,7 +46,8 @@ def cluster():
     yield env
     for k, v in saved.items():
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    subprocess.run(["bash", str(HERE / "stop.sh"), str(STATE)], capture_output=True, timeout=300)
+    if not was_up:
+        subprocess.run(["bash", str(HERE / "stop.sh"), str(STATE)], capture_output=True, timeout=300)
 
 
 def _sweep(out: Path, *extra: str, grid=GRID, notebook="01", fixed=FAST) -> list[str]:

@@ -557,3 +557,24 @@ def test_slurm_task_states_come_from_squeue_while_queued_and_sacct_once_ended(tm
     assert slurm.states("41") == {}
     _fake(tmp_path, monkeypatch, sacct="42|TIMEOUT|0:0\n41_0|COMPLETED|0:0", squeue="")
     assert slurm.states("42") == {0: ("TIMEOUT", "exit code 0:0")}  # a single point: a plain job, no array
+
+
+def test_the_wait_ends_when_slurm_stops_answering_and_reports_tasks_it_ended(tmp_path, monkeypatch):
+    from tqdm import tqdm
+
+    from longctx.tools import slurm
+
+    monkeypatch.setattr(slurm, "POLL", 0.01)
+    folders = [tmp_path / "a", tmp_path / "b"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2\nexit 1\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(slurm, "SILENT_LIMIT", 0.05)
+    with pytest.raises(LongctxError, match="SLURM has not answered .* Job array 7 is left as it is; run the same command"):
+        slurm.wait("7", folders, lambda f: None, tqdm(total=2, disable=True))
+    # one task done with its own record, one cancelled before it started: SLURM's account of the second
+    _fake(tmp_path, monkeypatch, sacct="7_0|COMPLETED|0:0\n7_[1]|CANCELLED by 0|0:0", squeue="")
+    ended = slurm.wait("7", folders, lambda f: "ok" if f.name == "a" else None, tqdm(total=2, disable=True))
+    assert ended == {1: ("CANCELLED", "exit code 0:0")}

@@ -16,7 +16,6 @@ import platform
 import shutil
 import signal
 import socket
-import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -315,26 +314,26 @@ def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) 
     logs = sweep.out / "submitit"
     ex = submitit.AutoExecutor(folder=str(logs / "%j"), cluster="slurm")
     ex.update_parameters(**slurm.parameters(options, f"longctx-{sweep.notebook}"))
-    submitted = time.time()
+    folders = [Path(call[3]) for call in calls]
+    before = {folder: _stamp(folder) for folder in folders}  # an earlier attempt's record is not this one's
     array = slurm.submit(ex, run_point, calls, sweep.out)
     tqdm.write(
         f"SLURM job array {array}: {len(calls)} task(s), one per point (`squeue -j {array}`, `sacct -j {array}`); "
         f"their logs in {logs}/{array}{'_<task>' if len(calls) > 1 else ''}/, each point's notebook and record in "
         f"{sweep.out / 'points'}/",
     )
-    folders = [Path(call[3]) for call in calls]
     try:
         with tqdm(total=len(calls), **bar) as progress:
-            ended = slurm.wait(array, folders, lambda f: _recorded_since(f, submitted), progress)
+            ended = slurm.wait(array, folders, lambda f: _new_status(f, before[f]), progress)
     except KeyboardInterrupt:
         tqdm.write(f"longctx: {slurm.cancel(array)}; finished points are kept.")
         raise
     for task, (state, reason) in ended.items():
         # no record of its own, or a kernel killed by SLURM's signal at its time limit or scancel: SLURM's account
-        own = _recorded_since(folders[task], submitted) or "missing"
-        if own not in ("missing", "died") or (own == "died" and state == "COMPLETED"):
-            continue
         notebook, size, params, _, _, key, _ = calls[task]
+        own = _new_status(folders[task], before[folders[task]]) or "missing"
+        if own not in ("missing", "died") or (own == "died" and state == "COMPLETED") or is_done(folders[task], key):
+            continue
         job = f"{array}_{task}" if len(calls) > 1 else array
         record = {"notebook": notebook, "size": size, "params": params, "key": key, "slurm_job": job}
         record |= slurm.ended_record(state, reason, array, task, logs) | {"limit_minutes": sweep.limit}
@@ -343,12 +342,17 @@ def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) 
         _place(tmp, folders[task], record)
 
 
-def _recorded_since(folder: Path, since: float) -> str | None:
-    """The status of the point's record written after `since` (an earlier attempt's does not count)."""
+def _stamp(folder: Path) -> tuple | None:
+    """Which point.json is in `folder` (a new one replaces the folder: another inode), without reading it."""
     with contextlib.suppress(OSError):
-        if (folder / "point.json").stat().st_mtime >= since:
-            return _read_record(folder).get("status")
+        found = (folder / "point.json").stat()
+        return found.st_ino, found.st_mtime_ns
     return None
+
+
+def _new_status(folder: Path, before: tuple | None) -> str | None:
+    """The status of the point's record if it is not the one stamped `before` (no clocks compared: a node's may differ)."""
+    return _read_record(folder).get("status") if (now := _stamp(folder)) and now != before else None
 
 
 def _snapshot(sweep: Sweep) -> Path:
