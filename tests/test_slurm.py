@@ -117,6 +117,12 @@ def test_a_sweep_on_slurm_is_one_job_array_and_the_local_sweeps_table(cluster, t
         assert same(a, tmp_path / "slurm") == same(b, tmp_path / "local")
     records = [json.loads(p.read_text()) for p in (tmp_path / "slurm" / "points").glob("*/point.json")]
     assert sorted(r["slurm_job"] for r in records) == sorted(_states(array))  # each point names its task
+    # SLURM runs a finished task again (a requeue, as after a node failure): the point is not recomputed
+    stamps = _stamps(tmp_path / "slurm")
+    _run(["scontrol", "requeue", f"{array}_0"])
+    _until(lambda: _run(["squeue", "-h", "-j", f"{array}_0"]).stdout.strip(), 30, "the requeued task in the queue")
+    _until(lambda: not _run(["squeue", "-h", "-j", f"{array}_0"]).stdout.strip(), 300, "the requeued task ended")
+    assert _stamps(tmp_path / "slurm") == stamps
 
 
 def test_cancelled_tasks_and_a_cancelled_array_are_resubmitted_alone(cluster, tmp_path):

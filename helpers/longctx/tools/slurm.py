@@ -125,7 +125,7 @@ def wait(array: str, folders: list[Path], status, bar) -> dict[int, tuple[str, s
     """Watch the array until every task has ended; returns task → (state, reason) for the tasks that SLURM ended
     (cancelled, past their time, a failed node) or that left no record (`status(folder)`: its recorded status or
     None). The bar counts queued, running, done and failed."""
-    quiet_since, gone, message = None, {}, ""
+    quiet_since, gone = None, {}
     while True:
         try:
             now, quiet_since = states(array), None
@@ -139,7 +139,7 @@ def wait(array: str, folders: list[Path], status, bar) -> dict[int, tuple[str, s
             bar.set_postfix_str(f"job {array}: SLURM is not answering ({exc})")
             time.sleep(POLL)
             continue
-        counts = {"queued": 0, "running": 0, "done": 0, "failed": 0}
+        counts, message = {"queued": 0, "running": 0, "done": 0, "failed": 0}, ""
         for task, folder in enumerate(folders):
             state, reason = now.get(task, ("", ""))
             if (recorded := status(folder)) and state not in QUEUED | {"RUNNING", "COMPLETING"}:
@@ -157,9 +157,8 @@ def wait(array: str, folders: list[Path], status, bar) -> dict[int, tuple[str, s
                 else:
                     counts["running"] += 1
         bar.n = counts["done"] + counts["failed"]
-        bar.set_postfix_str(
-            f"job {array}: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + (f"; {message}" if message else "")
-        )
+        said = ", ".join(f"{v} {k}" for k, v in counts.items()) + (f"; {message}" if message else "")
+        bar.set_postfix_str(f"job {array}: {said}", refresh=False)
         bar.refresh()
         if bar.n == len(folders):
             return {t: (s or "UNKNOWN", r) for t, (_, s, r) in gone.items() if s != "COMPLETED" or not status(folders[t])}
