@@ -131,6 +131,19 @@ def test_figures_runs_its_notebooks_under_the_out_folder_given(tmp_path, monkeyp
         assert figures.regenerate("ci", out, progress=False) == out.resolve()
         assert ran and all(r.parent == out.resolve() / figures.RUNS for r in ran)
     assert not any(build_dir().iterdir())  # nothing in the default build folder
+    failed = tmp_path / "Y"
+
+    def fails(nb, size, out, **kwargs):  # the second notebook stops (a full disk, say): runs/ is left behind
+        if ran:
+            raise LongctxError("stopped")
+        return stand_in(nb, size, out, **kwargs)
+
+    ran.clear()
+    monkeypatch.setattr(harness, "run", fails)
+    with pytest.raises(LongctxError, match="stopped"):
+        figures.regenerate("ci", failed, progress=False)
+    monkeypatch.setattr(harness, "run", stand_in)
+    assert figures.regenerate("ci", failed, progress=False) == failed.resolve()  # taken up again, not refused
     (out / figures.RUNS / "x").mkdir()
     (out / "runs2").write_text("mine")
     with pytest.raises(LongctxError, match="runs2"):
@@ -427,6 +440,7 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point(tmp_path):
         (["--scheduler", "linear"], "--scheduler is one of cosine, constant"),
         (["--init", "/nonexistent-model"], "--init /nonexistent-model: no model trained by `longctx pretrain`"),
         (["--init", "data/yarn-base", "--rope-theta", "5"], "drop --rope-theta"),
+        (["--batch", "1000000", "--steps", "1"], "one step's logits and their gradient alone take"),
     ],
 )
 def test_pretrain_options_are_refused_by_their_flag(tmp_path, capsys, args, fragment):
@@ -576,6 +590,9 @@ def test_a_loop_of_links_and_a_home_that_does_not_exist_are_refused_plainly(tmp_
     (tmp_path / "b").symlink_to(tmp_path / "a")
     assert main(["run", "00", "--size", "ci", "--out", str(tmp_path / "a")]) == 2
     assert "a loop of symbolic links" in capsys.readouterr().err
+    (tmp_path / "nowhere").symlink_to(tmp_path / "gone" / "x.json")  # a write would create its target
+    assert main(["run", "00", "--size", "ci", "--out", str(tmp_path / "nowhere")]) == 2
+    assert "is a symbolic link to" in capsys.readouterr().err and not (tmp_path / "gone").exists()
     monkeypatch.setenv("LONGCTX_BUILD", "~no-such-user-here/build")
     assert main(["run", "00", "--size", "ci"]) == 2
     assert "LONGCTX_BUILD '~no-such-user-here/build' starts with" in capsys.readouterr().err

@@ -77,6 +77,11 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     schema.check("03_activation_offload", {"MODEL": str(tmp_path)}, weights=False)  # a dry run: weights come later
     schema.check("06_one_million_tokens", {"MODEL": str(tmp_path / "config.json"), "GPUS": 8, "SEQ_LEN": 4096})
     schema.check("03_activation_offload", {"MODEL": str(data.data_dir() / "yarn-base")})  # a folder with weights
+    damaged = tmp_path / "damaged"
+    shutil.copytree(data.data_dir() / "yarn-base", damaged)
+    (damaged / "tokenizer.json").write_text("")  # emptied: refused by name, not in the kernel's third cell
+    with pytest.raises(LongctxError, match=r"damaged tokenizer.json .*tokenizer.json: empty"):
+        schema.check("03_activation_offload", {"MODEL": str(damaged)})
     schema.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it
 
 

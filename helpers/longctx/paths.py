@@ -52,6 +52,11 @@ def user_path(text, what: str = "The path", *, resolve: bool = False, room: int 
             raise LongctxError(
                 f"{what} {text!r} cannot be followed ({exc}): a loop of symbolic links? Give another path."
             ) from None
+        if Path(text).expanduser().is_symlink() and not path.exists():  # a write would create the link's target
+            raise LongctxError(
+                f"{what} {text!r} is a symbolic link to {os.readlink(Path(text).expanduser())!r}, which does not exist; "
+                "give the folder itself (or remove the link)."
+            )
     return path
 
 

@@ -8,10 +8,13 @@ import math
 import time
 from pathlib import Path
 
+import psutil
+
 from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained, torch_dtype
 from longctx.paths import data_dir, miniature, user_path
+from longctx.units import GIB
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
 BASE = dict(
@@ -85,6 +88,13 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         p["preset"], p["rope_theta"] = before["params"]["preset"], before["params"]["rope_theta"]
     if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
         raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
+    # a lower bound of one step: the fp32 logits and their gradient, both alive in the loss's backward
+    if (step := 2 * p["batch"] * p["seq_len"] * data.VOCAB_SIZE * 4) > (free := psutil.virtual_memory().available):
+        raise LongctxError(
+            f"--batch {p['batch']} × --seq-len {p['seq_len']}: one step's logits and their gradient alone take "
+            f"{step / GIB:,.1f} GiB ({data.VOCAB_SIZE}-token vocabulary, fp32), more than this machine's {free / GIB:.1f} "
+            "GiB available. Lower --batch (more --steps train on as many tokens)."
+        )
     if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}

@@ -9,6 +9,7 @@ from functools import lru_cache
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from longctx import files
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
@@ -48,7 +49,10 @@ def _card(value, context):
 def _weights(value, context):
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
-            if is_local_config(path := user_path(value, "The model")) and not has_weights(path):
+            tokenizer = (path := user_path(value, "The model")) / "tokenizer.json"
+            if path.is_dir() and tokenizer.exists() and files.json_object(tokenizer) is None:
+                return f"has a damaged tokenizer.json ({tokenizer}: empty, cut, or not a tokenizer's JSON); restore it"
+            if is_local_config(path) and not has_weights(path):
                 return (
                     "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
                     "a config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"

@@ -39,6 +39,8 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
         harness.check_parameters(harness.resolve(nb), params, size)
         needs.check(nb, size, params)
     runs = dict(runs or {})
+    out.mkdir(parents=True, exist_ok=True)
+    files.mark_claimed(out, "figures")  # runs/ is its own from now: a stopped or failed run is taken up again
     for nb in (nb for nb in notebooks if nb not in runs):
         print(f"== {nb} ({size})", flush=True)
         runs[nb] = harness.run(nb, size, out=out / RUNS / nb, progress=progress, timeout=timeout)

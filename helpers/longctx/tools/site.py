@@ -33,9 +33,10 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
     out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
     if runs is None:
         runs = {}
-        for name in harness.notebooks():
+        for name in harness.notebooks():  # a run at this size, or one too damaged to say its size (refused below)
             executed = build_dir() / name / f"{name}.ipynb"
-            if (files.json_object(executed.parent / "results.json") or {}).get("size") == size:
+            results = executed.parent / "results.json"
+            if results.exists() and (files.json_object(results) or {}).get("size", size) == size:
                 runs[name] = executed
     runs = {name: _checked_run(name, Path(executed), size) for name, executed in runs.items()}
     try:  # built in a fresh folder beside `out`, then swapped in whole (files.swap_in)
@@ -93,6 +94,10 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
     results = files.json_object(executed.parent / "results.json") or {}
     fields = {"size": str, "finished": str, "seconds": (int, float), "versions": dict}
     why = next((f"its results.json has no {k!r}" for k, kind in fields.items() if not isinstance(results.get(k), kind)), None)
+    if why is None and results.get("notebook", name) != name:  # a lesson's run copied under another's name
+        why = f"its results.json is of {results['notebook']}, not {name}"
+    if why is None and not executed.is_file():  # absent, or a FIFO that would block the read
+        why = f"{executed.name} is not a regular file"
     if why is None:
         try:
             nbformat.read(executed, as_version=4)

@@ -46,11 +46,21 @@ def check(options: dict) -> None:
         raise LongctxError(
             f"SLURM has no partition {part!r}: sinfo lists {', '.join(sorted(partitions))}. Nothing was submitted."
         )
+    if (qos := options.get("qos")) and (known := _listed("qos")) and qos not in known:  # sbatch would not say
+        raise LongctxError(f"SLURM has no QOS {qos!r}: sacctmgr lists {', '.join(sorted(known))}. Nothing was submitted.")
     if options.get("gpus") and "gpu" not in partitions[part][0]:
         raise LongctxError(
             f"--gpus {options['gpus']}: partition {part!r} has no GPUs (sinfo's GRES: {partitions[part][0]}); give a "
             "partition with GPUs (--partition), or leave --gpus out. Nothing was submitted."
         )
+
+
+def _listed(what: str) -> set[str]:
+    """The names sacctmgr lists (empty where the cluster keeps no accounting database to ask)."""
+    try:
+        return set(_ask("sacctmgr", "-n", "-P", "show", what, "format=name", timeout=20).split())
+    except LongctxError:
+        return set()
 
 
 def parameters(options: dict, name: str) -> dict:
@@ -59,8 +69,11 @@ def parameters(options: dict, name: str) -> dict:
 
 
 def still_running(out: Path) -> None:
-    """Refuse to submit while the array this sweep submitted last still has tasks queued or running."""
+    """Refuse to run while the array this sweep submitted last still has tasks queued or running (with any executor:
+    they would write the same points)."""
     last = (files.json_object(out / RECORD) or {}).get("array")
+    if isinstance(last, str) and shutil.which("squeue") is None:
+        return  # submitted elsewhere (a login node): this machine cannot ask
     if isinstance(last, str) and (live := [s for s, _ in states(last).values() if s in QUEUED or s == "RUNNING"]):
         raise LongctxError(
             f"SLURM job array {last} of this sweep still has {len(live)} task(s) queued or running: wait for them "
@@ -94,7 +107,13 @@ def states(array: str) -> dict[int, tuple[str, str]]:
         job, state, code = (line.split("|") + ["", ""])[:3]
         for task in _tasks(job, array):
             found[task] = (state.split()[0] if state else "", f"exit code {code}" if code else "")
-    for line in _ask("squeue", "-h", "-r", "-j", array, "-o", "%i|%T|%r", timeout=20).splitlines():
+    try:
+        queued = _ask("squeue", "-h", "-r", "-j", array, "-o", "%i|%T|%r", timeout=20)
+    except LongctxError as exc:  # an array that ended long ago is forgotten by slurmctld (MinJobAge): none queued
+        if "Invalid job id" not in str(exc):
+            raise
+        queued = ""
+    for line in queued.splitlines():
         job, state, reason = (line.split("|", 2) + ["", ""])[:3]
         for task in _tasks(job, array):
             found[task] = (state, reason)

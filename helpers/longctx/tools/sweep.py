@@ -181,12 +181,15 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
-    if job := os.environ.get("SLURM_JOB_ID"):  # where it ran, for the user looking for its log
-        task = os.environ.get("SLURM_ARRAY_TASK_ID")  # unset for a single point, which submitit sends as a plain job
-        record["slurm_job"] = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if task else job
+    stopped: list[int] = []
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":  # a task of the sweep's array
+        task, job = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ["SLURM_JOB_ID"]  # no task: one point, a plain job
+        record["slurm_job"] = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if task else job  # where its log is
         # SLURM warns a task of its time limit with SIGUSR2 (submitit's --signal), up to a minute early: submitit
         # would requeue a task it takes for preempted, and the kernel (which inherits this) would die of it
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        # SLURM's SIGTERM (scancel, Ctrl-C of the sweep, the time limit, a node going down) also ends the kernel
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
     try:
         result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False, timeout=timeout)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
@@ -194,7 +197,10 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
         oom = exc.ename in OOM_NAMES or any(words in exc.evalue.lower() for words in OOM_WORDS)
         died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
         status = "timed out" if exc.ename == harness.TIMED_OUT else "oom" if oom else "died" if died else "error"
-        record.update(status=status, error=f"{exc.ename}: {exc.evalue}", limit_minutes=timeout)
+        error = f"{exc.ename}: {exc.evalue}"
+        if stopped and status == "died":  # sacct says which of SLURM's reasons, when the sweep is watching
+            status, error = "cancelled", f"stopped by SLURM's SIGTERM; {error}"
+        record.update(status=status, error=error, limit_minutes=timeout)
     return _place(tmp, folder, record)
 
 
@@ -221,7 +227,8 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
             "it out of the rehearsal, or submit to the cluster with --executor slurm."
         )
     for name, low in (("time", 1), ("gpus", 0), ("mem", 1), ("cpus_per_task", 1)):  # minutes, GPUs, GB, cores a point
-        if not isinstance(slurm.get(name, low), (int, float)) or slurm.get(name, low) < low:
+        value = slurm.get(name, low)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
             raise LongctxError(f"--{name.replace('_', '-')} must be a number ≥ {low}, got {slurm[name]!r}.")
     for name in ("partition", "account", "qos"):
         if name in slurm and not str(slurm[name]).replace("-", "").replace("_", "").replace(".", "").isalnum():
@@ -268,6 +275,9 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
 
 
 def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str | None, progress: bool) -> Path:
+    from longctx.tools import slurm as cluster
+
+    cluster.still_running(sweep.out)  # the live tasks of an array this folder submitted would write the same points
     (sweep.out / "points").mkdir(parents=True, exist_ok=True)
     for stale in (sweep.out / "points").glob(".*.tmp-*"):  # left by an interrupted run on this host (a live one is kept)
         host, _, pid = stale.name.rpartition(".tmp-")[2].rpartition("-")
@@ -310,7 +320,6 @@ def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) 
 
     from longctx.tools import slurm
 
-    slurm.still_running(sweep.out)  # a re-run never duplicates the live tasks of the last one
     logs = sweep.out / "submitit"
     ex = submitit.AutoExecutor(folder=str(logs / "%j"), cluster="slurm")
     ex.update_parameters(**slurm.parameters(options, f"longctx-{sweep.notebook}"))
@@ -332,7 +341,8 @@ def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) 
         # no record of its own, or a kernel killed by SLURM's signal at its time limit or scancel: SLURM's account
         notebook, size, params, _, _, key, _ = calls[task]
         own = _new_status(folders[task], before[folders[task]]) or "missing"
-        if own not in ("missing", "died") or (own == "died" and state == "COMPLETED") or is_done(folders[task], key):
+        stopped = own in ("died", "cancelled") and state != "COMPLETED"  # its kernel ended by SLURM's signal
+        if not (own == "missing" or stopped) or is_done(folders[task], key):
             continue
         job = f"{array}_{task}" if len(calls) > 1 else array
         record = {"notebook": notebook, "size": size, "params": params, "key": key, "slurm_job": job}
