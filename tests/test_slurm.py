@@ -120,6 +120,7 @@ def test_a_sweep_on_slurm_is_one_job_array_and_the_local_sweeps_table(cluster, t
     # SLURM runs a finished task again (a requeue, as after a node failure): the point is not recomputed
     stamps = _stamps(tmp_path / "slurm")
     _run(["scontrol", "requeue", f"{array}_0"])
+    _run(["scontrol", "update", f"jobid={array}_0", "begintime=now"])  # SLURM holds a requeued job back two minutes
     _until(lambda: _run(["squeue", "-h", "-j", f"{array}_0"]).stdout.strip(), 30, "the requeued task in the queue")
     _until(lambda: not _run(["squeue", "-h", "-j", f"{array}_0"]).stdout.strip(), 300, "the requeued task ended")
     assert _stamps(tmp_path / "slurm") == stamps
