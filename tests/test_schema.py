@@ -82,6 +82,16 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     (damaged / "tokenizer.json").write_text("")  # emptied: refused by name, not in the kernel's third cell
     with pytest.raises(LongctxError, match=r"damaged tokenizer.json .*tokenizer.json: empty"):
         schema.check("03_activation_offload", {"MODEL": str(damaged)})
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    other = tmp_path / "other"
+    shutil.copytree(data.data_dir() / "yarn-base", other)
+    weights = load_file(other / "model.safetensors")
+    weights["model.embed_tokens.weight"] = torch.zeros(5, 7)  # another model's tensor under the same name
+    save_file(weights, other / "model.safetensors")
+    with pytest.raises(LongctxError, match=r"model.embed_tokens.weight is \[5, 7\], but .*config.json builds \[4096, "):
+        schema.check("03_activation_offload", {"MODEL": str(other)})
     schema.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it
 
 

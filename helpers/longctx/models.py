@@ -5,6 +5,7 @@ preset (random weights), a local path or a hub id (real weights), and never runs
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from longctx import device
@@ -129,6 +130,37 @@ def has_weights(path: Path) -> bool:
     """Whether a local model can be loaded with weights: a folder holding weight files (a config.json alone describes
     a model, for estimates; a preset's weights are random, a hub id's come with it)."""
     return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
+
+
+def check_weights(path: Path) -> None:
+    """Refuse, reading no weight, a model folder whose safetensors hold a tensor of another shape than its config.json
+    builds, or a file that is not safetensors: transformers would stop half-way through loading, in the kernel.
+    Checked once per state of the folder's files (a sweep checks every point's parameters)."""
+    files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.suffix == ".safetensors")
+    _check_weights(path, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+@lru_cache(maxsize=32)
+def _check_weights(path: Path, state: tuple) -> None:
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):  # the shapes alone
+        wanted = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config(str(path))).state_dict().items()}
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            if not file.is_file():  # a FIFO would block the read
+                raise OSError("not a regular file")
+            with safe_open(file, "pt") as weights:
+                found = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+        except Exception as exc:  # safetensors' own error types
+            raise LongctxError(f"{file} cannot be read as safetensors ({exc}); save the model again (save_pretrained).") from None
+        if wrong := [n for n in found if n in wanted and found[n] != wanted[n]]:
+            raise LongctxError(
+                f"{file}: {wrong[0]} is {list(found[wrong[0]])}, but {path / 'config.json'} builds {list(wanted[wrong[0]])} "
+                f"({len(wrong)} tensor(s) differ): the weights are another model's, or the config is. Save them together."
+            )
 
 
 def from_pretrained(cls, source, **kwargs):

@@ -85,6 +85,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         if not (init := user_path(p["init"], "--init", resolve=True)).joinpath("manifest.json").is_file():
             raise LongctxError(f"--init {p['init']}: no model trained by `longctx pretrain` there (no manifest.json).")
         before = manifest(init)
+        models.check_weights(init)  # weights of another shape: refused by name before training
         p["preset"], p["rope_theta"] = before["params"]["preset"], before["params"]["rope_theta"]
     if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
         raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")

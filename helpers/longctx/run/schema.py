@@ -13,7 +13,7 @@ from longctx import files
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, has_weights, is_local_config
+from longctx.models import PRESETS, check_weights, has_weights, is_local_config
 from longctx.paths import MINIATURES, schema_file, user_path
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
@@ -52,6 +52,11 @@ def _weights(value, context):
             tokenizer = (path := user_path(value, "The model")) / "tokenizer.json"
             if path.is_dir() and tokenizer.exists() and files.json_object(tokenizer) is None:
                 return f"has a damaged tokenizer.json ({tokenizer}: empty, cut, or not a tokenizer's JSON); restore it"
+            if has_weights(path) and is_local_config(path):
+                try:
+                    check_weights(path)
+                except LongctxError as exc:  # the whole message: which file and tensor, and what to do
+                    return f"holds weights it cannot load: {str(exc).rstrip('.')}"
             if is_local_config(path) and not has_weights(path):
                 return (
                     "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
