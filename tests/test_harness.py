@@ -831,3 +831,24 @@ def test_a_damaged_manifest_and_a_file_config_with_auto_map_are_refused(tmp_path
     (tmp_path / "mine.json").write_text(json.dumps(config | {"auto_map": {"AutoConfig": "mine.Config"}}))
     with pytest.raises(LongctxError, match="needs its own Python code"):
         models.config(str(tmp_path / "mine.json"))
+
+
+def test_pretrain_checks_the_room_for_its_model_before_training(tmp_path, monkeypatch, capsys):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 0, 10**5))  # 0.1 MB free
+    assert main(["pretrain", "--out", str(tmp_path / "new"), "--steps", "1"]) == 2
+    assert "MiB free; the trained model takes about" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def test_a_run_stopped_before_its_notebook_is_in_place_leaves_no_results(tmp_path):
+    results = tmp_path / "results.json"
+    with pytest.raises(KeyboardInterrupt), harness._dropped_unless_done(results):
+        results.write_text("{}")  # the kernel's last cell saved, then Ctrl-C came before the notebook was written
+        raise KeyboardInterrupt
+    assert not results.exists()
+    with harness._dropped_unless_done(results):  # a run that ends keeps it
+        results.write_text("{}")
+    assert results.exists()

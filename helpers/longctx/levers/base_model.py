@@ -5,6 +5,7 @@ round inside the trained range; bases of 1,000 and 10,000 trained the same way r
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained, torch_dtype
 from longctx.paths import data_dir, miniature, user_path
-from longctx.units import GIB
+from longctx.units import GIB, MIB
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
 BASE = dict(
@@ -106,6 +107,13 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
     else:
         model = load_base(p["init"]).train()
+    # the weights (fp32 safetensors) and the tokenizer land in `out` after training: room for them is checked before it
+    need = models.n_params(model) * 4 + (data.data_dir() / f"tokenizer-{data.VOCAB_SIZE}" / "tokenizer.json").stat().st_size + MIB
+    if (free := shutil.disk_usage(next(d for d in [out, *out.parents] if d.exists())).free) < need:
+        raise LongctxError(
+            f"{out} has {free / MIB:.0f} MiB free; the trained model takes about {need / MIB:.0f} MiB. Free space there, or "
+            "give --out another disk. Nothing was trained."
+        )
     trained = max(p["seq_len"], before["trained_length"] if before else 0)  # the longest position it has seen
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     if p["retrieval"]:

@@ -260,8 +260,14 @@ def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: b
     shutil.rmtree(out / "figures", ignore_errors=True)  # nor an earlier run's figures beside its own
     start = time.perf_counter()
     failed = None  # a cell's error or the kernel's death: raised once the executed notebook is in place
-    # a failed write leaves nothing half-written; the kernel's memory cgroup pins an OOM kill on it, not on the machine
-    with files.atomic(executed) as writing, warnings.catch_warnings(), children.OwnMemory() as memory:
+    # a failed write leaves nothing half-written; the kernel's memory cgroup pins an OOM kill on it, not on the machine;
+    # a run stopped before its executed notebook is in place (Ctrl-C, SIGTERM, a dead kernel) leaves no results.json
+    with (
+        _dropped_unless_done(results_path),
+        files.atomic(executed) as writing,
+        warnings.catch_warnings(),
+        children.OwnMemory() as memory,
+    ):
         warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
         try:
             with mock.patch.dict(os.environ, LONGCTX_OUT=str(out), LONGCTX_SIZE=size):  # the kernel's session reads them
@@ -293,6 +299,16 @@ def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: b
     if not results_path.exists():
         raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
     return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def _dropped_unless_done(path: Path):
+    """Remove `path` when the block raises (KeyboardInterrupt included)."""
+    try:
+        yield
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def _execute(notebook: Path, writing: Path, params: dict, out: Path, progress: bool, limit: float, limit_how: str) -> None:
