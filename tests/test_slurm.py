@@ -7,6 +7,7 @@ apt-get). `make slurm-check` runs this module alone."""
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 HERE = Path(__file__).parent / "slurm"
 STATE = Path(os.environ.get("LONGCTX_SLURM_STATE", "/tmp/longctx-slurm"))
 GRID = ["SEQ_LEN=256,512", "TILE_TOKENS=64,128"]
+POINTS = math.prod(len(item.split("=")[1].split(",")) for item in GRID)
 # the sweep machinery is under test, not the lesson: 01 at its ci size with its slowest parts shortened (~17 s a point)
 FAST = {"FULL_MODEL": "tiny", "FULL_LENGTHS": [1024], "PLAIN_LENGTHS": [512], "CPU_LENGTHS": [128], "CHECK_LEN": 128}
 
@@ -101,9 +103,10 @@ def test_a_sweep_on_slurm_is_one_job_array_and_the_local_sweeps_table(cluster, t
     on_slurm = _run(_sweep(tmp_path / "slurm", "--executor", "slurm", "--time", "10", "-q"))
     assert on_slurm.returncode == 0, on_slurm.stdout + on_slurm.stderr
     array = json.loads((tmp_path / "slurm" / "slurm.json").read_text())["array"]
-    assert f"SLURM job array {array}: 4 task(s)" in on_slurm.stdout + on_slurm.stderr
-    assert _until(lambda: set(_states(array).values()) == {"COMPLETED"} and len(_states(array)) == 4, 60, "4 tasks done")
-    assert sorted(_states(array)) == [f"{array}_{i}" for i in range(4)]  # one array, a task per point
+    assert f"SLURM job array {array}: {POINTS} task(s)" in on_slurm.stdout + on_slurm.stderr
+    done = lambda: set(_states(array).values()) == {"COMPLETED"} and len(_states(array)) == POINTS  # noqa: E731
+    assert _until(done, 60, "every task done")
+    assert sorted(_states(array)) == [f"{array}_{i}" for i in range(POINTS)]  # one array, a task per point
     local = _run(_sweep(tmp_path / "local", "--jobs", "2", "-q"))
     assert local.returncode == 0, local.stdout + local.stderr
     slurm_rows, local_rows = _rows(tmp_path / "slurm"), _rows(tmp_path / "local")
@@ -147,7 +150,7 @@ def test_cancelled_tasks_and_a_cancelled_array_are_resubmitted_alone(cluster, tm
     _until(lambda: (out / "slurm.json").is_file() and _array(out) != array, 120, "a second array")
     again = _array(out)
     tasks = json.loads((out / "slurm.json").read_text())["tasks"]
-    assert tasks == 4 - len(kept)  # only the missing points
+    assert tasks == POINTS - len(kept)  # only the missing points
     _run(["scancel", f"{again}_{tasks - 1}"])  # one task of it, before it ran
     assert second.wait(timeout=600) == 2, log.read_text()
     assert "1 point(s) did not finish" in log.read_text()
@@ -155,7 +158,7 @@ def test_cancelled_tasks_and_a_cancelled_array_are_resubmitted_alone(cluster, tm
 
     third = _run(_sweep(out, "--executor", "slurm", "-q"))
     assert third.returncode == 0, third.stdout + third.stderr
-    assert "3 of 4 points already done; running 1" in third.stdout
+    assert f"{POINTS - 1} of {POINTS} points already done; running 1" in third.stdout
     assert {r["status"] for r in _rows(out)} == {"ok"}
     assert all(_stamps(out)[name] == stamp for name, stamp in kept.items())
     assert not list((out / "points").glob(".*.tmp-*"))  # nothing stale

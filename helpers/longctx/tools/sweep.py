@@ -175,9 +175,7 @@ def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, 
 
 
 def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> dict:
-    # host and PID in the name: only the process that made a temporary folder, or a later run on the same
-    # host once that process has gone, may remove it: two sweeps on one folder leave each other alone
-    tmp = folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp = _temporary(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
@@ -202,6 +200,12 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
             status, error = "cancelled", f"stopped by SLURM's SIGTERM; {error}"
         record.update(status=status, error=error, limit_minutes=timeout)
     return _place(tmp, folder, record)
+
+
+def _temporary(folder: Path) -> Path:
+    """The point's temporary sibling. Host and PID in the name: only the process that made it, or a later run on the
+    same host once that process has gone, may remove it: two sweeps on one folder leave each other alone."""
+    return folder.with_name(f".{folder.name}.tmp-{socket.gethostname()}-{os.getpid()}")
 
 
 def _place(tmp: Path, folder: Path, record: dict) -> dict:
@@ -347,8 +351,7 @@ def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) 
         job = f"{array}_{task}" if len(calls) > 1 else array
         record = {"notebook": notebook, "size": size, "params": params, "key": key, "slurm_job": job}
         record |= slurm.ended_record(state, reason, array, task, logs) | {"limit_minutes": sweep.limit}
-        tmp = folders[task].with_name(f".{folders[task].name}.tmp-{socket.gethostname()}-{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp := _temporary(folders[task])).mkdir(parents=True, exist_ok=True)
         _place(tmp, folders[task], record)
 
 
