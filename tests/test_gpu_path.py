@@ -140,7 +140,9 @@ def test_run_at_gpu_size_is_refused_in_seconds_without_the_gpus(name, fragment):
     assert "Traceback" not in out.stderr  # refused before a kernel: the time it takes is measured, not asserted
 
 
-def test_a_small_card_is_refused_naming_its_memory():
+def test_a_small_card_is_refused_naming_its_memory(monkeypatch, tmp_path):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    (tmp_path / "models--Qwen--Qwen3-4B").mkdir()  # downloaded before: no network needed
     forty = needs.Machine("cuda", (40 * 10**9,))
     with pytest.raises(LongctxError, match="needs 1 CUDA GPU ≥ 80 GB; this machine has cuda:0 40 GB"):
         needs.check("02_yarn", "gpu", {}, have=forty)
@@ -154,12 +156,12 @@ def test_offline_hub_without_the_cache_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     h200 = needs.Machine("cuda", (150 * 10**9,))
-    with pytest.raises(LongctxError, match="downloads Qwen/Qwen3-4B from the hub, but HF_HUB_OFFLINE is set"):
+    with pytest.raises(LongctxError, match="needs Qwen/Qwen3-4B from the hub, but HF_HUB_OFFLINE is set"):
         needs.check("02_yarn", "gpu", {"MODEL": "Qwen/Qwen3-4B"}, have=h200)
     # a local model folder needs no hub
     needs.check("02_yarn", "gpu", {"MODEL": str(data_dir() / "yarn-base"), "DATASET": "corpus"}, have=h200)
     # a CPU size told to load a hub id is refused the same way, before a kernel starts
-    with pytest.raises(LongctxError, match="01_chunked_loss at size ci downloads Qwen/Qwen3-0.6B from the hub"):
+    with pytest.raises(LongctxError, match="01_chunked_loss at size ci needs Qwen/Qwen3-0.6B from the hub"):
         needs.check("01_chunked_loss", "ci", {"MODEL": "Qwen/Qwen3-0.6B"})
 
 

@@ -1,6 +1,7 @@
 """Parameter values a lesson cannot use, refused before a kernel starts by each notebook's schema
 (notebooks/params/<notebook>/schema.yaml, checked with jsonschema)."""
 
+import json
 import shutil
 
 import pytest
@@ -38,6 +39,19 @@ def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
         schema.check("06_one_million_tokens", {"SEQ_LEN": 2 * MAX_TOKENS, "GPUS": 8})
     with pytest.raises(LongctxError, match="has 1.5, which must be a whole number"):
         schema.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})
+
+
+def test_a_config_the_estimator_refuses_is_refused_before_a_kernel_starts(tmp_path):
+    settings = models.config("qwen3-4b").to_dict()
+    models.config("qwen3-4b").save_pretrained(tmp_path)  # a whole config is taken: the same check passes it
+    estimating = [n for n in harness.notebooks() if "FULL_MODEL" in schema.schema(n)["properties"]]
+    for name in estimating:
+        schema.check(name, {"FULL_MODEL": str(tmp_path / "config.json")})
+    (tmp_path / "config.json").write_text(json.dumps({**settings, "vocab_size": 10**13}))  # a typo of a vocabulary
+    for name in estimating:
+        with pytest.raises(LongctxError, match=r"FULL_MODEL=.* is no model the estimate takes: The config's vocab_size"):
+            schema.check(name, {"FULL_MODEL": str(tmp_path)})
+    assert estimating
 
 
 def test_the_gpu_counts_a_lesson_takes_are_the_ones_the_cp_check_takes():

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from longctx import LongctxError, files
@@ -363,14 +364,23 @@ def _why_still_running(pid: int, out: Path, log: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "jobs,stop", [(1, signal.SIGINT), (2, signal.SIGINT), (2, signal.SIGTERM)], ids=["ctrl-c", "ctrl-c-2-jobs", "sigterm-2-jobs"]
+    "flags,stop",
+    [
+        ("--jobs=1", signal.SIGINT),
+        ("--jobs=2", signal.SIGINT),
+        ("--jobs=2", signal.SIGTERM),
+        ("--executor=slurm-local", signal.SIGINT),
+    ],
+    ids=["ctrl-c", "ctrl-c-2-jobs", "sigterm-2-jobs", "ctrl-c-slurm-local"],
 )
-def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, jobs, stop):
+def test_ctrl_c_stops_a_sweep_at_once_and_cleanly(tmp_path, flags, stop):
+    # slurm-local runs as many points at once as there are cores (its controllers ignore the terminal's Ctrl-C)
+    jobs = int(flags.removeprefix("--jobs=")) if flags.startswith("--jobs") else min(os.cpu_count() or 1, 4)
     if jobs > (os.cpu_count() or 1):
         pytest.skip(f"--jobs {jobs} needs {jobs} CPU cores")
     out, log = tmp_path / "sw", tmp_path / "sweep.log"
     # output to a file, not a pipe: the sweep's own exit is measured, whatever else still holds its output
-    args = [sys.executable, "-c", _WITH_STACKS, *_cli(out, "--jobs", str(jobs))[3:]]
+    args = [sys.executable, "-c", _WITH_STACKS, *_cli(out, flags)[3:]]
     with log.open("w") as sink:
         proc = subprocess.Popen(args, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
@@ -513,6 +523,21 @@ def test_a_metric_is_checked_against_the_flattened_names_the_table_shows(tmp_pat
         sweep._check_metric("peak.plain", sw, done)
     with pytest.raises(LongctxError, match=r"'note' is str, not a number to plot"):  # an empty plot otherwise
         sweep._check_metric("note", sw, done)
+
+
+def test_a_metric_the_lesson_never_records_is_refused_before_any_point(tmp_path):
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
+    with pytest.raises(LongctxError, match=r"01_chunked_loss records no result 'tme' \(did you mean 'time'\?\)"):
+        sweep.run(sw, metric="tme", progress=False)
+    assert not (tmp_path / "sw").exists()
+    # the keys of a dict written out in the lesson and passed as **values count; a computed one leaves it to the points
+    code = 'values = {"peak": 1}\nsession.record(**values, time=2)'
+    assert sweep._recorded(nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])).encode()) == {
+        "peak",
+        "time",
+    }
+    code = 'values = {name: 1 for name in "ab"}\nsession.record(**values)'
+    assert sweep._recorded(nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])).encode()) is None
 
 
 def _fake(tmp_path, monkeypatch, **outputs: str) -> None:

@@ -206,12 +206,12 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
         free = shutil.disk_usage(where).free / MIB
         return LongctxError(
             f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
-            "the output elsewhere (--out, LONGCTX_BUILD, LONGCTX_DATA); nothing half-written was left in place."
+            f"the output elsewhere (--out, LONGCTX_BUILD, LONGCTX_DATA); {path.name} was not left half-written."
         )
     if exc.errno == errno.EFBIG:
         return LongctxError(
             f"The file-size limit stopped writing {path} (`ulimit -f`); raise it, or write less (fewer lengths, "
-            "smaller figures); nothing half-written was left in place."
+            f"smaller figures); {path.name} was not left half-written."
         )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         where = "--out, LONGCTX_BUILD, LONGCTX_DATA"

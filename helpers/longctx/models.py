@@ -3,6 +3,7 @@ hyperparameters, so the estimator builds them without the hub), and the one way 
 preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -66,6 +67,7 @@ PRESETS: dict[str, Preset] = {
     for size, shape in _QWEN3_SIZES.items()
 }
 
+HUB_TIMEOUT = 10  # seconds the hub's address has to answer before a hub id not in the cache is refused
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")  # "org/name" (huggingface_hub: 1 to 96 characters each)
 # Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide number assumes
 # (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
@@ -107,6 +109,32 @@ def _check_not_empty(spec) -> None:
 def is_local_config(path: Path) -> bool:
     """A local model: a config.json, or a folder holding one."""
     return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
+
+
+def check_fetchable(ids, run: str) -> list[str]:
+    """The hub ids of `ids` that are not in the hub cache (to be downloaded), refused at once when the hub cannot give
+    them: HF_HUB_OFFLINE is set, or its address does not answer within a few seconds (the hub client would retry for
+    half a minute, then fail in the kernel)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    cache = Path(constants.HF_HUB_CACHE)
+    missing = [i for i in ids if not any((cache / f"{kind}--{i.replace('/', '--')}").is_dir() for kind in ("models", "datasets"))]
+    if not missing:
+        return missing
+    # read now, as the hub client does at import: a process may set it after importing huggingface_hub
+    offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    why = "HF_HUB_OFFLINE is set" if constants._is_true(offline) else None
+    try:
+        why or get_session().head(constants.ENDPOINT, timeout=HUB_TIMEOUT)
+    except Exception as exc:  # httpx's connection errors (no route, no name, a timeout)
+        why = f"{constants.ENDPOINT} cannot be reached ({type(exc).__name__}: {exc})"
+    if why:
+        raise LongctxError(
+            f"{run} needs {', '.join(missing)} from the hub, but {why}, and the hub cache ({cache}) does not hold it. "
+            "Download it first where the network is (`hf download <id>`), or name a local folder or a preset instead."
+        )
+    return missing
 
 
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
@@ -239,12 +267,14 @@ def config(spec: str, **overrides):
             "the estimate would be of a model you did not describe. Give the model's whole config.json."
         )
     source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
+    twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
     try:
+        if not path.exists():
+            check_fetchable([spec], "Reading the model's config")
         return from_pretrained(AutoConfig, source, **overrides)
-    except LongctxError:
-        raise
-    except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, hub unreachable
-        twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
+    except LongctxError as exc:
+        raise LongctxError(f"{exc}{twin}") from None
+    except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, the hub failing
         raise LongctxError(
             f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}{twin}"
         ) from None

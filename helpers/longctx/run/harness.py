@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import time
 import warnings
 from collections import namedtuple
@@ -14,6 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 import nbformat
+import psutil
 import yaml
 from filelock import FileLock, Timeout
 
@@ -202,7 +204,30 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
     params = {**size_params(notebook, size), **(overrides or {})}
     check_parameters(notebook, params, size)
     needs.check(notebook.stem, size, params)
+    _check_raised_length(notebook.stem, size, params)
     return params
+
+
+def _check_raised_length(notebook: str, size: str, params: dict) -> None:
+    """A SEQ_LEN raised past the CPU size's own is first estimated: the step the lessons start from (the plain loss,
+    checkpointing on) must fit this machine's available memory at it, or the kernel would be killed minutes in. Its
+    time is not priced on a CPU: the run is told the limit it keeps."""
+    path = resolve(notebook)
+    own, values = size_params(path, size).get("SEQ_LEN"), {**declared_parameters(path), **params}
+    given, model = values.get("SEQ_LEN"), values.get("MODEL")
+    if needs.of(notebook, size).gpus or not (isinstance(own, int) and isinstance(given, int) and given > own and model):
+        return
+    from longctx.memory.estimate import estimate
+
+    step = estimate(model, given, loss="plain", dtype=values.get("DTYPE", "fp32"), device="cpu")
+    if step.peak_bytes > (free := psutil.virtual_memory().available):
+        raise LongctxError(
+            f"{notebook}: SEQ_LEN={given:,} is more than this machine can step: the plain-loss step with checkpointing "
+            f"needs {step.peak_gib:.1f} GiB at it ({step.peak_phase}; `longctx estimate --device cpu --loss plain`), "
+            f"and {free / 2**30:.1f} GiB is available. Use a shorter SEQ_LEN, or a GPU size."
+        )
+    print(f"{notebook}: SEQ_LEN={given:,} is {given / own:g}× the {size} size's; it fits in memory, but may run past the "
+          "size's time limit (`longctx list` shows it; --timeout MINUTES gives it more).", file=sys.stderr)  # fmt: skip
 
 
 def check_timeout(minutes) -> float | None:

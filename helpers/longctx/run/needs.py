@@ -2,7 +2,6 @@
 and the check that refuses a size this machine lacks before a kernel starts (`longctx list` and the README show it)."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import yaml
 
 from longctx import device
 from longctx.errors import LongctxError
-from longctx.models import HUB_ID
+from longctx.models import HUB_ID, check_fetchable
 from longctx.paths import notebooks_dir
 
 MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL", "PROBE_MODEL")  # parameters that name a model
@@ -86,21 +85,15 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
     """Refuse, naming what is missing, when this machine lacks what `notebook` at `size` needs: a hub id the run names
     that cannot be fetched (at any size: -p MODEL=... can name one at a CPU size too), the accelerator, its memory, the
     disk the size's downloads take."""
-    from huggingface_hub import constants  # the hub ids a run names (MODEL, DATASET, ...) must be cached or fetchable
+    from huggingface_hub import constants
 
     needs, run = of(notebook, size), f"{notebook} at size {size}"
-    cache, ids = Path(constants.HF_HUB_CACHE), [v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)]
-    ids = [i for i in ids if HUB_ID.match(i) and not Path(i).exists()]
-    missing = [i for i in ids if not any((cache / f"{k}--{i.replace('/', '--')}").is_dir() for k in ("models", "datasets"))]
-    if missing and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise LongctxError(
-            f"{run} downloads {', '.join(missing)} from the hub, but HF_HUB_OFFLINE is set and they are not in the cache. "
-            "Download them first (huggingface-cli download), or point MODEL / DATASET at local folders with -p."
-        )
+    ids = [v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)]  # MODEL, DATASET, ...
     if needs.accelerator != "none":
         _check_accelerator(needs, run, have or machine())
+    missing = check_fetchable([i for i in ids if HUB_ID.match(i) and not Path(i).exists()], run)
     if needs.hub and missing:
-        cache.mkdir(parents=True, exist_ok=True)
+        (cache := Path(constants.HF_HUB_CACHE)).mkdir(parents=True, exist_ok=True)
         if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
             raise LongctxError(
                 f"{run} downloads about {needs.disk_gb:g} GB ({', '.join(missing)}) into {cache}, which has {free / GB:.1f} GB "

@@ -64,6 +64,19 @@ def _weights(value, context):
                 )
 
 
+def _config(value, context):
+    """A local config.json (or model folder) for the estimate: refused as the estimate would refuse it, before the
+    kernel gets to the cell that estimates (a preset is known good; a hub id is the hub's, checked by needs)."""
+    if isinstance(value, str) and value not in PRESETS and is_local_config(path := user_path(value, "The model")):
+        from longctx.memory.estimate import check_model
+        from longctx.models import config
+
+        try:
+            check_model(config(str(path)))
+        except LongctxError as exc:
+            return f"is no model the estimate takes: {str(exc).rstrip('.')}"
+
+
 def _processes(value, context):
     cores = os.cpu_count() or 1
     big = [v for v in value if isinstance(v, int) and v > 2 * cores] if context["on_cpu"] else []
@@ -81,6 +94,7 @@ def _dtype(value, context):
 
 KEYWORDS = {
     "x-card": _card,
+    "x-config": _config,
     "x-dtype": _dtype,
     "x-weights": _weights,
     "x-processes": _processes,

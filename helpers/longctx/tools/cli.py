@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import traceback
@@ -192,9 +193,17 @@ def _cmd_plan(args) -> None:
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        if flag := re.match(r"argument (?:-[-\w]+/)*(-[-\w]+): expected one argument", message):
+            # argparse reads a value starting with '-' (`--seq-len -4k`) as a flag of its own
+            message += f" (a value that starts with '-' is joined to its flag: {flag[1]}=VALUE)"
+        super().error(message)
+
+
 def _flag(*names, **kwargs) -> argparse.ArgumentParser:
     """A parent parser holding one flag that several commands share."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = _Parser(add_help=False)
     parser.add_argument(*names, **kwargs)
     return parser
 
@@ -217,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     attn = _flag("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
     attn.add_argument("--tiled-mlp", action="store_true", help="ALST's TiledMLP on every layer (plan: a step after offload)")
 
-    parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
+    parser = _Parser(prog="longctx", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="with an error, also print where it was raised")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -302,11 +311,12 @@ class Stopped(KeyboardInterrupt):
 
 
 def _interrupt(signum, frame) -> None:
-    # the kernels first: nbclient's graceful shutdown of one still starting once hung a sweep past 60 s
+    # the kernels first: nbclient's graceful shutdown of one still starting once hung a sweep past 60 s; with them
+    # slurm-local's controllers and the points under them (which ignore Ctrl-C: sweep.py), all killed at once
     kernels = []
     for proc in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):  # one gone or a zombie meanwhile: the others are still stopped
-            kernels += [proc.pid] if "ipykernel_launcher" in " ".join(proc.cmdline()) else []
+            kernels += [proc.pid] if re.search(r"ipykernel_launcher|submitit\.local\._local", " ".join(proc.cmdline())) else []
     children.kill_trees(kernels)
     raise Stopped(signum)
 

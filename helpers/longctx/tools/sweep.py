@@ -4,8 +4,10 @@ result ("oom", never re-run); so is a time-out ("timed out", re-run only under a
 is retried by the next run. Executors: "local" (`jobs` at once) and
 SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
 
+import ast
 import contextlib
 import csv
+import difflib
 import hashlib
 import importlib.util
 import itertools
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import nbformat
 import psutil
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
@@ -221,6 +224,7 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     `slurm`: the options of tools.slurm.OPTIONS (partition, gpus, time in minutes, account, qos, mem in GB,
     cpus_per_task)."""
     check_choice("executor", executor, EXECUTORS)
+    _check_recorded(metric, sweep)
     slurm = {k: v for k, v in (slurm or {}).items() if v is not None}
     flags = ", ".join(f"--{k.replace('_', '-')}" for k in slurm)
     if slurm and executor == "local":
@@ -308,6 +312,8 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
 
         ex = submitit.AutoExecutor(folder=str(sweep.out / "submitit" / "%j"), cluster=executor.removeprefix("slurm-"))
         ex.update_parameters(timeout_min=slurm.get("time", 60), name=f"longctx-{sweep.notebook}")
+        if executor == "slurm-local":  # a terminal's Ctrl-C reaches its controllers too: they ignore it (each printed a
+            ex.update_parameters(local_setup=["trap '' INT"])  # traceback) and longctx kills them (cli._interrupt)
         with tqdm(total=len(calls), **bar) as progress:
             for start in range(0, len(calls), os.cpu_count() or 1):
                 for job in ex.map_array(run_point, *zip(*calls[start : start + (os.cpu_count() or 1)])):
@@ -378,8 +384,40 @@ def _snapshot(sweep: Sweep) -> Path:
     return copy
 
 
+def _recorded(notebook: bytes) -> set[str] | None:
+    """The names a notebook's `session.record(...)` calls give its results, read from its code: keywords, and the keys
+    of a dict written out in it and passed as `**values`; None when it passes names it computes."""
+    names, dicts = set(), {}  # dicts: a name assigned a dict literal → its keys (None: not all written out)
+    for cell in nbformat.reads(notebook.decode(), as_version=4).cells:
+        code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        with contextlib.suppress(SyntaxError):  # a cell that does not parse records nothing
+            for node in ast.walk(ast.parse(code)) if cell.cell_type == "code" else ():
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+                    keys = [getattr(k, "value", None) for k in node.value.keys]  # None: a key computed, or **more
+                    keys = keys if all(isinstance(k, str) for k in keys) else None
+                    dicts.update({t.id: keys for t in node.targets if isinstance(t, ast.Name)})
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "record":
+                    for k in node.keywords:
+                        given = [k.arg] if k.arg else dicts.get(getattr(k.value, "id", None))
+                        if given is None:
+                            return None
+                        names.update(given)
+    return names
+
+
+def _check_recorded(metric: str | None, sweep: Sweep) -> None:
+    """Refuse, before any point runs, a metric the notebook never records (read from its code)."""
+    names = _recorded(sweep._notebook) if metric else None
+    if names is not None and metric.split(".")[0] not in names:
+        close = difflib.get_close_matches(metric.split(".")[0], names, n=1)
+        raise LongctxError(
+            f"{sweep.notebook} records no result {metric!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f": its results are {', '.join(sorted(names))} (nested ones as name.key, the columns of sweep.csv)."
+        )  # fmt: skip
+
+
 def _check_metric(metric: str | None, sweep: Sweep, records: list[dict] | None = None) -> None:
-    """Refuse a metric that a finished point (of `records`, default the sweep's) did not report."""
+    """Refuse a metric that a finished point (of `records`, default the sweep's) did not report as a number."""
     records = [_read_record(sweep.folder(p)) for p in sweep.points()] if records is None else records
     done = [_scalars(r.get("results", {})) for r in records if r.get("status") == "ok"]
     # a number to plot: a text or true/false result would draw an empty plot
