@@ -125,7 +125,8 @@ def real_step(case, snapshot: Path | None = None) -> dict:
     torch.set_default_dtype(DTYPES[DEFAULT_DTYPE])
     try:
         with torch.device("cuda"):  # with offload, checkpointing is turned on below, once, by transformers' own path
-            net, optimizer, step = build_step(models.config(model), n, loss=loss, checkpointing=not off)
+            # under autocast, as a Trainer with bf16=True runs the forward on one GPU (and the estimate traces it)
+            net, optimizer, step = build_step(models.config(model), n, loss=loss, checkpointing=not off, autocast=True)
         if off:  # save_on_cpu (pinned host memory) around each checkpointed layer
             net.activation_checkpointing_enable(offload=True)
         profile = measure_cuda(step, model=net, optimizer=optimizer, snapshot=snapshot)
@@ -157,7 +158,7 @@ def timed_step(case) -> dict:
         off = levers.get("offload", False)
         with torch.device("cuda"):  # with offload, transformers' own save_on_cpu path, turned on below
             kwargs = {k: v for k, v in levers.items() if k != "offload"}
-            net, optimizer, step = build_step(models.config(model), n, checkpointing=not off, **kwargs)
+            net, optimizer, step = build_step(models.config(model), n, checkpointing=not off, autocast=True, **kwargs)
         if off:
             net.activation_checkpointing_enable(offload=True)
         seconds = []

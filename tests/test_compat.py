@@ -341,3 +341,38 @@ def test_memtracker_still_tracks_dtensor_shape_propagation():
 
     assert torch.ops.aten.empty_strided.default in tracked_ops(MemTracker, (7, 13))  # shapes no other test uses
     assert torch.ops.aten.empty_strided.default not in tracked_ops(FakeStepMemTracker, (7, 17))
+
+
+def test_the_cuda_autocast_policy_holds(monkeypatch):
+    """compat.cuda_autocast_on_cpu gives fake CPU tensors CUDA's autocast. Checked with torch's own CUDA autocast test
+    lists (torch/testing/_internal/autocast_test_lists.py: the dtype each op must give under CUDA's autocast), run
+    on the CPU under the emulation; and the CPU's own policy, which it replaces for the block, still differs (when it
+    stops differing, CPU autocast alone would do)."""
+    import sys
+    import types
+
+    from longctx import compat
+
+    monkeypatch.setitem(sys.modules, "expecttest", sys.modules.get("expecttest") or types.SimpleNamespace(TestCase=object))
+    from torch.testing._internal.autocast_test_lists import AutocastTestLists
+
+    lists = AutocastTestLists(torch.device("cpu"))
+    half, checked, wrong = torch.float16, 0, []
+    cases = [(half, lists.torch_fp16, torch), (torch.float32, lists.torch_fp32, torch), (half, lists.nn_fp16, torch._C._nn)]
+    cases += [(torch.float32, lists.torch_need_autocast_promote, torch), (torch.float32, lists.nn_fp32, torch._C._nn)]
+    cases += [(half, lists.methods_fp16, None), (torch.float32, lists.methods_fp32, None)]
+    with compat.cuda_autocast_policy_on_cpu(), torch.autocast("cpu", dtype=half):
+        for wanted, entries, module in cases:
+            for name, args, *_ in entries:
+                # CUDA's own kernels (no CPU implementation), and einsum's entry (2-D operands for a 4-index equation)
+                if name.startswith("cudnn") or isinstance(args, str):
+                    continue
+                out = getattr(module, name)(*args) if module else getattr(args[0], name)(*args[1:])
+                out = out[0] if isinstance(out, tuple) else out
+                checked += 1
+                wrong += [(name, out.dtype)] if out.dtype != wanted else []
+    assert checked > 80 and wrong == []
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the block is over: the CPU's own policy is back
+        assert torch.nn.functional.layer_norm(x, (8,)).dtype == torch.bfloat16
+        assert x.softmax(-1).dtype == torch.bfloat16

@@ -533,3 +533,25 @@ def test_published_families_are_estimated_or_refused_by_cause(name, levers, outc
     with pytest.raises(LongctxError, match=outcome) as refused:
         estimate(_published(name), 1024, **levers)
     assert "flash_attention_2" not in str(refused.value)  # never advised where transformers would not run it
+
+
+def test_the_trainers_bf16_autocast_keeps_fp32_layernorm_inputs(tmp_path):
+    """A Trainer with bf16=True runs the forward under CUDA's autocast (accelerate's prepare_model): a LayerNorm
+    family keeps, per layer, each norm's input in fp32 and a bf16 copy of the norm's fp32 output for each of q, k
+    and v: 8 × hidden bytes per token more than the same bf16 step without autocast, besides the norms' per-token
+    statistics in fp32 (StarCoder2's published layout, at a small width, every layer kept: no checkpointing)."""
+    config = dict(model_type="starcoder2", hidden_size=256, intermediate_size=1024, num_attention_heads=4)
+    config |= dict(num_key_value_heads=2, vocab_size=1024, bos_token_id=0, eos_token_id=0)
+    tokens, extra = 4096, {}
+    for layers in (3, 4):
+        (path := tmp_path / f"{layers}.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+        on, off = (estimate(str(path), tokens, checkpointing=False, exact=True, autocast=a) for a in (None, False))
+        assert on.meta["autocast"] and not off.meta["autocast"]
+        extra[layers] = on.peak_bytes - off.peak_bytes
+    assert extra[4] - extra[3] == pytest.approx(8 * config["hidden_size"] * tokens, rel=0.01)
+    # RMSNorm families cast to fp32 themselves: autocast changes no tensor they keep
+    assert estimate("tiny", tokens).peak_bytes == estimate("tiny", tokens, autocast=False).peak_bytes
+    # FSDP2 (CP) and DeepSpeed (the optimizer's offload) keep the precision themselves: no autocast there
+    assert not estimate("tiny", tokens, cp_size=2).meta["autocast"]
+    with pytest.raises(LongctxError, match="autocast=True models accelerate's autocast of a bf16 step on one GPU"):
+        estimate("tiny", tokens, cp_size=2, autocast=True)

@@ -4,6 +4,7 @@ tests/test_compat.py holds a test that fails when upstream changes it, so it can
 
 import contextlib
 import types
+import warnings
 from unittest import mock
 
 import torch
@@ -266,3 +267,73 @@ def deepspeed_without_shm_build() -> None:
     import deepspeed.ops
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+def cuda_autocast_policy() -> dict[str, list[str]]:
+    """torch 2.13.0's CUDA autocast policy as its header states it (torch/include/ATen/autocast_mode.h, the lists CUDA
+    registers: AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32, AT_FORALL_FP32_SET_OPT_DTYPE, AT_FORALL_PROMOTE): policy →
+    aten ops as "name" or "name.overload"."""
+    import re
+    from pathlib import Path
+
+    header = (Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h").read_text()
+    lists = {"lower_precision": "LOWER_PRECISION_FP", "fp32": "FP32", "fp32_set_opt_dtype": "FP32_SET_OPT_DTYPE"}
+    lists["promote"] = "PROMOTE"
+    policy = {}
+    for name, macro in lists.items():
+        body = re.search(rf"#define AT_FORALL_{macro}\(_\)((?:[^\n]*\\\n)*[^\n]*)", header)[1]
+        entries = re.findall(r"_\((\w+)(?:,\s*(\w+))?\)", body)
+        policy[name] = [f"{op}.{overload}" if overload else op for op, overload in entries]
+    return policy
+
+
+@contextlib.contextmanager
+def cuda_autocast_policy_on_cpu():
+    """torch 2.13.0: a step traced on fake CPU tensors for a CUDA GPU cannot run CUDA's autocast (a CPU-only torch
+    dispatches no CUDA), and the CPU's own autocast has another policy: on it layer_norm, softmax, sum and pow stay in
+    bf16, where CUDA runs them in fp32 (a Trainer with bf16=True runs its forward under CUDA's). For the block, each op
+    of CUDA's lists (cuda_autocast_policy) gets a kernel at the AutocastCPU key that casts as CUDA's does: so
+    torch.autocast("cpu", dtype) in it, a checkpointed layer's recomputation included, is CUDA's. Lower precision
+    casts floating inputs to the autocast dtype; fp32 to fp32; fp32_set_opt_dtype asks fp32 out of a lower-precision
+    input unless a dtype is given; promote casts to the widest (like CUDA's, never an fp64 tensor).
+    Test: test_compat.py::test_the_cuda_autocast_policy_holds."""
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+    def kernel(op, policy):
+        dtype_at = next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), None)
+
+        def cast(*args, **kwargs):
+            low = torch.get_autocast_dtype("cpu")
+            eligible = (torch.float32, low)
+            floats = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.dtype in eligible]
+            to = {"lower_precision": low, "fp32": torch.float32}.get(policy)
+            if policy == "promote" and floats:
+                to = torch.float32 if any(t.dtype == torch.float32 for t in floats) else low
+            given = kwargs.get("dtype", args[dtype_at] if dtype_at is not None and dtype_at < len(args) else None)
+            if policy == "fp32_set_opt_dtype" and given is None and any(t.dtype == low for t in floats):
+                kwargs = {**kwargs, "dtype": torch.float32}
+            if to is not None:
+                args, kwargs = tree_map(
+                    lambda t: t.to(to) if isinstance(t, torch.Tensor) and t.dtype in eligible else t, (args, kwargs)
+                )
+            with torch._C._ExcludeDispatchKeyGuard(keys):
+                return op(*args, **kwargs)
+
+        return cast
+
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():  # torch's word that the CPU's kernel is overridden, which is the point
+            warnings.filterwarnings("ignore", "Warning only once for all operators")
+            for policy, ops in cuda_autocast_policy().items():
+                for name in ops:
+                    base, _, overload = name.partition(".")
+                    packet = getattr(torch.ops.aten, base, None)
+                    if packet is None or (overload or "default") not in packet.overloads():
+                        continue  # named in the header, not built into this torch (e.g. _thnn_fused_lstm_cell)
+                    library.impl(name, kernel(getattr(packet, overload or "default"), policy), "AutocastCPU")
+        yield
+    finally:
+        library._destroy()

@@ -5,8 +5,10 @@ measurement's tracker. Offload is modelled as transformers implements it (`save_
 the `meta` device standing in for host memory."""
 
 import contextlib
+import functools
 import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -168,12 +170,13 @@ def build_step(
     cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False, batch: int = 1,
     lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False, optim: str = "fused",
     attn_implementation: str = "sdpa", tiled_mlp: bool = False, cp_comm: str = "allgather", offload_optimizer: bool = False,
-    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1,
+    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1, autocast: bool = False,
 ):  # fmt: skip
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
     decoder layer, then the root, as accelerate wraps them; `mixed_precision` as its `mixed_precision: bf16`) and the
-    step under torch's `context_parallel` (this rank's slice of the sequence, attention through the ring)."""
+    step under torch's `context_parallel` (this rank's slice of the sequence, attention through the ring).
+    `autocast`: the forward as a Trainer with bf16=True runs it on one GPU (see trainer_autocast)."""
     from transformers import AutoModelForCausalLM
 
     from longctx import compat
@@ -262,6 +265,16 @@ def build_step(
         p.grad = torch.zeros_like(p)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    forward = policy = contextlib.nullcontext
+    if autocast:  # accelerate's prepare_model: the forward under autocast, its outputs in fp32
+        from accelerate.utils import convert_outputs_to_fp32
+
+        bound = hasattr(net.forward, "__func__")  # (trl's fused head may have replaced it on the instance)
+        wrapped = convert_outputs_to_fp32(net.forward.__func__ if bound else net.forward)
+        net.forward = types.MethodType(wrapped, net) if bound else wrapped
+        device = next(net.parameters()).device.type  # "cpu": fake CPU tensors standing for a GPU's, under CUDA's policy
+        forward = functools.partial(torch.autocast, device, dtype=torch.bfloat16)
+        policy = contextlib.nullcontext if device == "cuda" else compat.cuda_autocast_policy_on_cpu
     ids = torch.randint(0, cfg.vocab_size, (batch, seq_len // sp_size))  # under Ulysses, this rank's slice
     ring = mesh is not None and sp_size == 1
 
@@ -272,13 +285,15 @@ def build_step(
         if ring:  # what accelerate does with its cp_comm_strategy before the step
             set_rotate_method(cp_comm)
 
-        # under CP this rank keeps 2 of the sequence's 2·N chunks
-        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]) if ring else contextlib.nullcontext():
+        # under CP this rank keeps 2 of the sequence's 2·N chunks; the autocast policy holds for the recomputation too
+        with context_parallel(mesh, buffers=[ids], buffer_seq_dims=[1]) if ring else contextlib.nullcontext(), policy():
             if loss == "chunked":
-                out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
+                with forward():
+                    out = net(input_ids=ids, labels=ids, fused_lm_head=True, use_cache=False)
                 value = -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
             else:
-                value = net(input_ids=ids, labels=ids, use_cache=False).loss
+                with forward():
+                    value = net(input_ids=ids, labels=ids, use_cache=False).loss
             value.backward()
             optimizer.step()
         return value
@@ -335,6 +350,7 @@ def estimate(
     fused_norm: bool = False,
     sp_size: int = 1,
     exact: bool = False,
+    autocast: bool | None = None,
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
     sequences of `seq_len` tokens, on fake tensors; `fake=False` runs the same step for real on the CPU (small models:
@@ -344,7 +360,10 @@ def estimate(
     the ranks exchanging keys and values as `cp_comm` says (CP_COMMS). Every operator's FLOPs and bytes are kept
     (`profile.costs`, memory/costs.py): memory/timing.step_time prices them on a card.
     Identical decoder layers are traced at 3 and 4 layers and extended, a tiled MLP's middle shards likewise
-    (memory/repeat.py says why that is exact); `exact=True` traces every layer and every shard."""
+    (memory/repeat.py says why that is exact); `exact=True` traces every layer and every shard. `autocast`: the
+    forward under CUDA's bf16 autocast with its outputs in fp32, as a Trainer with bf16=True runs it on one GPU; None
+    (the default) where that Trainer would (a bf16 step on one GPU, not under FSDP2 or DeepSpeed), False for a bf16
+    model trained with bf16=False."""
     from longctx import models
 
     device, cfg = device or ("cuda" if fake else "cpu"), models.config(model) if isinstance(model, str) else model
@@ -355,6 +374,15 @@ def estimate(
     ranks = cp_size * sp_size
     layer_input = batch * (seq_len // ranks) * cfg.hidden_size * DTYPES[dtype].itemsize
     how = dict(seq_len=seq_len, dtype=dtype, cp_size=cp_size, fake=fake, device=device, band_bytes=layer_input, levers=levers)
+    # a Trainer with bf16=True on one GPU runs the forward under autocast (accelerate's prepare_model); under FSDP2 (CP)
+    # and DeepSpeed (the optimizer's offload, Ulysses) their engines keep the precision, and a CPU trains in fp32 here
+    trainer = device == "cuda" and dtype == "bf16" and ranks == 1 and not offload_optimizer
+    if autocast and not trainer:
+        raise LongctxError(
+            "autocast=True models accelerate's autocast of a bf16 step on one GPU (device='cuda', dtype='bf16'); under CP "
+            "or Ulysses (FSDP2, DeepSpeed) and with the optimizer's offload (DeepSpeed) the engine keeps the precision."
+        )
+    how["autocast"] = trainer if autocast is None else autocast
     how["tiles"] = fake and not exact and tiled_mlp  # a tiled MLP's middle shards extended (memory/repeat.py)
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     start = time.perf_counter()
@@ -387,6 +415,7 @@ def estimate(
         per_layer_saved_gib=layer_input / GIB,
         sliding_window=getattr(text, "sliding_window", None),
         attention_mask_gib=trace["mask_bytes"] / GIB,  # (seq × seq) masks transformers built for the attention kernel
+        autocast=how["autocast"],
         device_peak_gib=profile.peak_gib,
         method=method,
         wall_seconds=time.perf_counter() - start,
@@ -394,7 +423,7 @@ def estimate(
     return profile
 
 
-def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, tiles=False, label_layers=False) -> dict:
+def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, autocast, tiles=False, label_layers=False) -> dict:
     """One step of `cfg` under the tracker: its timeline (one row per operator) and the counts `estimate` notes."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -406,7 +435,7 @@ def _trace(cfg, *, seq_len, dtype, cp_size, fake, device, band_bytes, levers, ti
     kernels = compat.gpu_dispatch(gpu_kernels, attention=cp_size == 1) if device == "cuda" else contextlib.nullcontext()
     ranks = _fake_mesh(cp_size * levers["sp_size"])  # CP's ranks, or Ulysses'
     with ranks as mesh, fake_mode, compat.fake_tensor_training(), _default_dtype(build_dtype), kernels:
-        net, optimizer, step = build_step(cfg, seq_len, mesh=mesh, **levers)
+        net, optimizer, step = build_step(cfg, seq_len, mesh=mesh, autocast=autocast, **levers)
         tracker = TimelineTracker("cpu", host=HOST, band_bytes=band_bytes, costs=True)
         if label_layers:
             tracker.label_layers()

@@ -138,7 +138,7 @@ def _cmd_estimate(args) -> None:
     if args.gpu is not None:
         cards.capacity(args.gpu)  # a typo is refused before the estimate runs
     same = ("loss", "offload", "dtype", "batch", "cp_size", "mixed_precision", "device", "optim", "exact", "tiled_mlp", "cp_comm")
-    same += ("offload_optimizer", "offload_params", "fused_norm", "sp_size")
+    same += ("offload_optimizer", "offload_params", "fused_norm", "sp_size", "autocast")
     kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
     step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
     with contextlib.redirect_stdout(sys.stderr):  # a library's chatter (DeepSpeed's accelerator line) is not the report
@@ -159,7 +159,8 @@ def _cmd_estimate(args) -> None:
         f"{args.model} at {profile.meta['seq_len']:,} tokens{per} ({args.loss} loss, "
         f"checkpointing {'off' if args.no_checkpointing else 'on'}, offload {'on' if args.offload else 'off'}"
         f"{', tiled MLP' if args.tiled_mlp else ''}{', optimizer on the host' if args.offload_optimizer else ''}"
-        f"{', weights on the host' if args.offload_params else ''}{', fused norms' if args.fused_norm else ''}): "
+        f"{', weights on the host' if args.offload_params else ''}{', fused norms' if args.fused_norm else ''}"
+        f"{', the forward under bf16 autocast' if summary['autocast'] else ''}): "
         f"peak {summary['peak_gib']:.2f} GiB ({summary['peak_phase']}), fixed {summary['fixed_gib']:.2f} GiB, "
         f"{summary['saved_layer_tensors']} saved layer inputs of {summary['per_layer_saved_gib']:.4f} GiB, "
         f"host {summary['host_gib']:.2f} GiB; the {args.device.upper()} step ({args.attn} attention, {adamw} AdamW)"
@@ -284,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")
     p.add_argument("--gpu", default=None, help=f"say whether the peak fits {CARDS}, and what is not counted")
     p.add_argument("--exact", action="store_true", help="trace every layer (default: 3 and 4 layers, extended; the same bytes)")
+    p.add_argument("--no-autocast", dest="autocast", action="store_const", const=False, default=None, help="a bf16 model "
+                   "trained with bf16=False (default: the forward under bf16 autocast where a Trainer with bf16=True runs "
+                   "it so: one GPU, no FSDP2 or DeepSpeed)")  # fmt: skip
     p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
     p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
     p.add_argument("--host-state", action="store_true", help="ALST's one-GPU levers as steps: the optimizer, then the "
