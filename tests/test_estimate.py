@@ -549,6 +549,15 @@ def test_the_trainers_bf16_autocast_keeps_fp32_layernorm_inputs(tmp_path):
         assert on.meta["autocast"] and not off.meta["autocast"]
         extra[layers] = on.peak_bytes - off.peak_bytes
     assert extra[4] - extra[3] == pytest.approx(8 * config["hidden_size"] * tokens, rel=0.01)
+    # Phi-3.5-MoE: the LayerNorm's fp32 output makes the MoE's, so the residual stream is fp32 from the first layer
+    # on, and each checkpointed layer keeps its input in fp32: 2 × hidden bytes per token more per layer
+    config = dict(model_type="phimoe", hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2)
+    config |= dict(vocab_size=1024, bos_token_id=0, eos_token_id=0, num_local_experts=4, num_experts_per_tok=2)
+    for layers in (3, 4):
+        (path := tmp_path / f"moe{layers}.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+        on, off = (estimate(str(path), tokens, exact=True, autocast=a) for a in (None, False))
+        extra[layers] = on.peak_bytes - off.peak_bytes
+    assert extra[4] - extra[3] == 2 * config["hidden_size"] * tokens
     # RMSNorm families cast to fp32 themselves: autocast changes no tensor they keep
     assert estimate("tiny", tokens).peak_bytes == estimate("tiny", tokens, autocast=False).peak_bytes
     # FSDP2 (CP) and DeepSpeed (the optimizer's offload) keep the precision themselves: no autocast there
