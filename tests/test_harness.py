@@ -106,6 +106,7 @@ def test_figures_moves_only_its_own_files_into_place(tmp_path):
 
 def test_figures_runs_its_notebooks_under_the_out_folder_given(tmp_path, monkeypatch):
     """`figures --out X` writes nothing outside X: each notebook runs in X/runs/<notebook>, and X is its own again."""
+    import shutil
     from types import SimpleNamespace
 
     from longctx.paths import build_dir
@@ -148,6 +149,14 @@ def test_figures_runs_its_notebooks_under_the_out_folder_given(tmp_path, monkeyp
     (out / "runs2").write_text("mine")
     with pytest.raises(LongctxError, match="runs2"):
         figures.regenerate("ci", out, progress=False)
+    (out / "runs2").unlink()
+    lesson = out / figures.RUNS / sorted(set(figures.GUIDE_FIGURES.values()))[0]
+    shutil.rmtree(lesson)
+    lesson.symlink_to(tmp_path / "elsewhere", target_is_directory=True)  # a lesson's run would be written there
+    ran.clear()
+    with pytest.raises(LongctxError, match=f"{lesson} is a link: figures runs its notebooks in folders of its own"):
+        figures.regenerate("ci", out, progress=False)
+    assert not ran and not (tmp_path / "elsewhere").exists()
 
 
 def test_run_and_sweep_refuse_a_folder_they_did_not_write(tmp_path):

@@ -34,3 +34,24 @@ def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tm
     step = measure_step(trainer)
     pool_keys = {"host_peak_bytes", "host_peak_tensors", "to_host_bytes", "to_device_bytes"}  # only with offload
     assert set(step.meta) == set(META_KEYS["trainer_step"]) - pool_keys and isinstance(step.meta["loss_value"], float)
+
+
+def test_a_gradient_counts_as_one_from_the_operator_that_makes_it():
+    """torch's MemTracker files a weight's gradient as a temporary until autograd accumulates it into .grad; the
+    timeline counts it as a gradient from the row it is made in, so no temporary stands for it meanwhile."""
+    import numpy as np
+    import torch
+
+    from longctx.memory.measure import TimelineTracker
+    from longctx.units import CATEGORIES
+
+    model = torch.nn.Linear(512, 512, bias=False)
+    tracker = TimelineTracker("cpu")
+    tracker.track_external(model)
+    with tracker:
+        tracker.record()
+        model(torch.randn(4, 512)).sum().backward()
+        tracker.record()
+    rows = np.array(tracker.rows)
+    assert rows[:, CATEGORIES.index("gradients")].max() == model.weight.numel() * 4
+    assert rows[:, CATEGORIES.index("temporaries")].max() < model.weight.numel() * 4  # (it was the gradient's 1 MiB)

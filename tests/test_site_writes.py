@@ -23,6 +23,7 @@ def run(tmp_path):
     folder = tmp_path / "runs" / FIRST
     folder.mkdir(parents=True)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A lesson"), nbformat.v4.new_code_cell("1")])
+    nb.metadata["papermill"] = {"input_path": f"notebooks/{FIRST}.ipynb"}  # as papermill records the lesson it ran
     nbformat.write(nb, folder / f"{FIRST}.ipynb")
     results = {"size": "ci", "finished": "2026-12-05T10:00:00", "seconds": 3.0, "versions": {"torch": "2.13.0"}}
     (folder / "results.json").write_text(json.dumps(results))
@@ -128,3 +129,57 @@ def test_a_run_in_the_build_folder_too_damaged_to_show_is_refused_not_shown_as_n
     with pytest.raises(LongctxError, match=rf"{FIRST} cannot be shown: .*longctx run {FIRST[:2]} --size ci"):
         site.build("ci", tmp_path / "site", figures=tmp_path / "none", progress=False)
     assert not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize("damage", ["another-lessons-notebook", "linked-notebook"])
+def test_a_run_whose_notebook_is_not_that_lessons_own_is_refused(tmp_path, run, damage):
+    if damage == "another-lessons-notebook":  # the results.json is the lesson's; the executed notebook another's
+        nb = nbformat.read(run, as_version=4)
+        nb.metadata["papermill"]["input_path"] = "notebooks/01_chunked_loss.ipynb"
+        nbformat.write(nb, run)
+        why = f"is a run of 01_chunked_loss.ipynb, not of {FIRST}"
+    else:  # a link: the site copies what it shows, never through a link
+        shutil.move(run, tmp_path / "elsewhere.ipynb")
+        run.symlink_to(tmp_path / "elsewhere.ipynb")
+        why = f"{FIRST}.ipynb is a link"
+    with pytest.raises(LongctxError, match=why):
+        build(tmp_path / "site", {FIRST: run})
+
+
+def test_a_figure_that_is_a_link_is_refused_and_a_results_field_is_shown_as_text(tmp_path, run):
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    (figures / "index.md").write_text("# figures\n\n![x](x.png)\n")
+    (tmp_path / "secret").write_text("not a figure")
+    (figures / "x.png").symlink_to(tmp_path / "secret")
+    with pytest.raises(LongctxError, match="x.png is a link, not a figure `longctx figures` wrote"):
+        site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
+    results = json.loads((run.parent / "results.json").read_text())
+    (run.parent / "results.json").write_text(json.dumps({**results, "finished": "<script>alert(1)</script>"}))
+    page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_the_users_files_and_empty_folders_move_before_the_swap_or_nothing_changes(tmp_path, run, monkeypatch):
+    out = build(tmp_path / "site", {FIRST: run})
+    (out / "drafts").mkdir()  # an empty folder of the user's is carried like a file
+    (out / "mine.txt").write_text("the user's")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    replace = os.replace
+
+    def immovable(src, dst):  # (`chattr +i` as root: the rename is refused)
+        if str(src).endswith("mine.txt"):
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM), str(src))
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", immovable)
+    with pytest.raises(LongctxError, match="mine.txt could not be moved .* Nothing was changed"):
+        build(out, {})
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before and (out / "drafts").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "site"]
+    monkeypatch.undo()
+    build(out, {})
+    assert (out / "drafts").is_dir() and (out / "mine.txt").read_text() == "the user's"
+    monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(out))
+    with pytest.raises(LongctxError, match="is a mount point"):
+        build(out, {})

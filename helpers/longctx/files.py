@@ -137,18 +137,22 @@ def staging(out: Path) -> tempfile.TemporaryDirectory:
 
 
 def _entries(root: Path) -> list[str]:
-    """Every file and link under `root`, relative, links to folders included and never followed."""
+    """Every file, link and empty folder under `root`, relative, links to folders included and never followed."""
     found = []
     for folder, subfolders, names in os.walk(root):
         links = [d for d in subfolders if os.path.islink(os.path.join(folder, d))]
         found += [os.path.relpath(os.path.join(folder, name), root) for name in names + links]
+        found += [os.path.relpath(folder, root)] if folder != str(root) and not names and not subfolders else []
     return sorted(found)
 
 
 def swap_in(new: Path, out: Path, command: str) -> None:
     """Put the folder `new`, built beside `out`, in place of `out` whole: `out` is never written into (a link in it
     is never followed, a killed build never mixes two), it keeps its mode, and the files in it that the last build
-    did not write (the user's) move into the new one. A clash is refused before anything moves."""
+    did not write (the user's) move into the new one before the swap: a clash, or a file that cannot move, leaves
+    `out` as it was."""
+    if os.path.ismount(out):
+        raise LongctxError(f"{out} is a mount point, which cannot be swapped for a new folder: give a folder inside it.")
     own = {MARKER.format(command), BUILT.format(command)}
     built = [name for name in _entries(new) if name not in own]
     carried, mode = [], None
@@ -168,13 +172,23 @@ def swap_in(new: Path, out: Path, command: str) -> None:
     mark_claimed(new, command)
     if mode is not None:
         os.chmod(new, mode)
-    aside = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        os.replace(out, aside)
+    aside, moved = out.with_name(f".{out.name}.old-{os.getpid()}"), []
+    try:
+        for name in carried:  # the user's files and folders, moved (a link as a link) into the new build first
+            (new / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(out / name, new / name)
+            moved.append(name)
+        if out.exists():
+            os.replace(out, aside)
+    except OSError as exc:
+        for name in reversed(moved):  # put back what moved: `out` is as it was
+            os.replace(new / name, out / name)
+        shutil.rmtree(new, ignore_errors=True)
+        raise LongctxError(
+            f"{exc.filename or out} could not be moved ({exc.strerror}): it may be immutable (`lsattr`) or in use. "
+            f"Nothing was changed in {out}; free it, or give --out another folder."
+        ) from None
     os.replace(new, out)
-    for name in carried:  # the user's files, moved (a link as a link) before the old build is removed
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(aside / name, out / name)
     shutil.rmtree(aside, ignore_errors=True)
 
 

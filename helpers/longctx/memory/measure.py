@@ -58,6 +58,7 @@ class TimelineTracker(FakeStepMemTracker):
         self.forward_end_activations: Counter = Counter()  # storage bytes → how many
         self._layer_inputs, self.layer_inputs_at_forward_end = [], 0  # weak references to the layers' input storages
         self.layer_rows: list[int] | None = None  # with label_layers(): the decoder layer running at each row (-1: none)
+        self._born: dict[int, int] = {}  # a tracked storage's record (its _WeakRefInfo's id) → the row it first counts in
 
     def watch_layer_inputs(self, layers) -> None:
         """Count, at the end of the forward pass, the decoder layers' own inputs still alive on the device
@@ -94,6 +95,17 @@ class TimelineTracker(FakeStepMemTracker):
 
     def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None) -> None:
         super()._update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        here = winfo.device == self.device
+        if u_type.name == "ADD" and here:
+            self._born[id(winfo)] = len(self.rows)
+        elif u_type.name == "DEL":
+            self._born.pop(id(winfo), None)
+        elif u_type.name == "REF" and here and old_reftype == _MemRefType.TEMP and winfo.reftype == _MemRefType.GRAD:
+            # a gradient is filed as such only once autograd accumulates it into .grad; a tied head's waits in the
+            # engine's buffer until the embedding's part comes, the whole backward: it is counted as one from birth
+            temp, grad = CATEGORIES.index("temporaries"), CATEGORIES.index("gradients")
+            for row in self.rows[self._born.get(id(winfo), len(self.rows)) :]:
+                row[temp], row[grad] = row[temp] - winfo.mem_consumed, row[grad] + winfo.mem_consumed
         if self.band_bytes and winfo.mem_consumed == self.band_bytes and winfo.device == self.device:
             is_act, was_act = winfo.reftype == _MemRefType.ACT, old_reftype == _MemRefType.ACT
             self._bands += {"ADD": is_act, "DEL": -is_act, "REF": is_act - was_act}.get(u_type.name, 0)

@@ -39,6 +39,8 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
         harness.check_parameters(harness.resolve(nb), params, size)
         needs.check(nb, size, params)
     runs = dict(runs or {})
+    if linked := [out / RUNS / nb for nb in notebooks if (out / RUNS / nb).is_symlink()]:  # it would run elsewhere
+        raise LongctxError(f"{linked[0]} is a link: figures runs its notebooks in folders of its own. Move it away.")
     out.mkdir(parents=True, exist_ok=True)
     files.mark_claimed(out, "figures")  # runs/ is its own from now: a stopped or failed run is taken up again
     for nb in (nb for nb in notebooks if nb not in runs):

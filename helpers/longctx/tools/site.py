@@ -2,6 +2,7 @@
 from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
 site opens from disk (file://) as well as from any static web server."""
 
+import html
 import importlib.util
 import json
 import re
@@ -96,11 +97,16 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
     why = next((f"its results.json has no {k!r}" for k, kind in fields.items() if not isinstance(results.get(k), kind)), None)
     if why is None and results.get("notebook", name) != name:  # a lesson's run copied under another's name
         why = f"its results.json is of {results['notebook']}, not {name}"
+    link = next((p.name for p in (executed, executed.parent / "results.json") if p.is_symlink()), None)
+    if why is None and link:  # the site copies what it shows: never through a link to elsewhere
+        why = f"{link} is a link"
     if why is None and not executed.is_file():  # absent, or a FIFO that would block the read
         why = f"{executed.name} is not a regular file"
     if why is None:
         try:
-            nbformat.read(executed, as_version=4)
+            ran = nbformat.read(executed, as_version=4).metadata.get("papermill", {}).get("input_path") or ""
+            if Path(ran).stem != name:  # (a sweep's point runs a copy of the same name)
+                why = f"{executed.name} is a run of {Path(ran).name or 'no lesson longctx ran'}, not of {name}"
         except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
             why = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})"
     if why:
@@ -131,7 +137,10 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
                 f"(../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
             )
     if (figures / "index.md").is_file():
-        for f in (f for f in figures.iterdir() if f.is_file() and f.suffix in (".md", ".png", ".svg")):
+        for f in (f for f in figures.iterdir() if f.suffix in (".md", ".png", ".svg")):
+            if f.is_symlink() or not f.is_file():  # the site copies only what `longctx figures` wrote, never elsewhere
+                raise LongctxError(f"{f} is a {'link' if f.is_symlink() else 'folder'}, not a figure `longctx figures` "
+                                   "wrote: move it away, or run `longctx figures` again. The site was not changed.")  # fmt: skip
             shutil.copyfile(f, docs / "figures" / f.name)
     else:
         (docs / "figures" / "index.md").write_text(
@@ -160,11 +169,12 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
 
     nb = nbformat.read(executed, as_version=4)
     results = json.loads((executed.parent / "results.json").read_text())
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items()))
+    versions = html.escape(", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())), quote=False)
+    size, finished = (html.escape(results[k], quote=False) for k in ("size", "finished"))  # text, never markup
     about = (
-        f"> **This run.** Size `{results['size']}`, finished {results['finished']}, in {results['seconds']:.0f} s; "
+        f"> **This run.** Size `{size}`, finished {finished}, in {results['seconds']:.0f} s; "
         f"{versions}. [Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself "
-        f"with `longctx run {name[:2]} --size {results['size']}`."
+        f"with `longctx run {name[:2]} --size {size}`."
     )
     for cell in nb.cells:
         if cell.cell_type == "markdown":
