@@ -221,6 +221,29 @@ def test_pretrain_never_overwrites_a_model_without_force(tmp_path, capsys):
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+def test_one_pretrain_at_a_time_into_a_folder_and_never_from_weights_that_are_not_finite(tmp_path):
+    import shutil
+
+    from filelock import FileLock
+    from safetensors.torch import load_file, save_file
+
+    from longctx.levers import base_model
+
+    out = tmp_path / "mine"
+    with FileLock(tmp_path / ".mine.pretrain.lock"):  # another pretrain into the same folder, still training
+        with pytest.raises(LongctxError, match="Another pretrain is writing into"):
+            base_model.pretrain(out, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
+    assert not out.exists()
+    init = tmp_path / "nan-base"
+    shutil.copytree(base_model.checkpoint_dir(), init)
+    weights = load_file(init / "model.safetensors")
+    weights[name := sorted(weights)[0]][0, 0] = float("nan")
+    save_file(weights, init / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(LongctxError, match=f"--init {init}: its weight {name} holds NaN or infinite numbers"):
+        base_model.pretrain(out, init=str(init), steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
+    assert not out.exists()
+
+
 def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
     from safetensors.torch import load_file
 
@@ -442,6 +465,7 @@ def test_a_nested_metric_typo_is_refused_after_the_first_finished_point(tmp_path
     "args,fragment",
     [
         (["--learning-rate", "nan"], "--learning-rate must be a positive finite number"),
+        (["--learning-rate", "7"], "--learning-rate must be at most 1"),  # weights overflow past it
         (["--rope-theta", "0"], "--rope-theta must be a positive finite number"),
         (["--steps", "0"], "--steps must be an integer ≥ 1"),
         (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),

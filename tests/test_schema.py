@@ -94,7 +94,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     damaged = tmp_path / "damaged"
     shutil.copytree(data.data_dir() / "yarn-base", damaged)
     (damaged / "tokenizer.json").write_text("")  # emptied: refused by name, not in the kernel's third cell
-    with pytest.raises(LongctxError, match=r"damaged tokenizer.json .*tokenizer.json: empty"):
+    with pytest.raises(LongctxError, match=r"holds a tokenizer it cannot use: .*tokenizer.json cannot be read as a tokenizer"):
         schema.check("03_activation_offload", {"MODEL": str(damaged)})
     import torch
     from safetensors.torch import load_file, save_file
@@ -107,6 +107,40 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     with pytest.raises(LongctxError, match=r"model.embed_tokens.weight is \[5, 7\], but .*config.json builds \[4096, "):
         schema.check("03_activation_offload", {"MODEL": str(other)})
     schema.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it
+
+
+@pytest.mark.parametrize("damage", ["int8", "missing-tensor", "missing-shard", "dangling-link", "tokenizer-{}", "more-ids"])
+def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_path, damage):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "model"
+    shutil.copytree(data.data_dir() / "yarn-base", folder)
+    weights, file = load_file(folder / "model.safetensors"), folder / "model.safetensors"
+    first = sorted(weights)[0]
+    if damage == "int8":  # quantized numbers where the model trains floats: it would train from near zero
+        save_file({**weights, first: weights[first].to(torch.int8)}, file)
+        why = rf"{first} holds I8 numbers, not floating point"
+    elif damage == "missing-tensor":  # transformers would start it from random numbers, saying so only in its log
+        save_file({k: v for k, v in weights.items() if k != first}, file)
+        why = rf"safetensors hold no {first} \(1 tensor\(s\) missing\)"
+    elif damage == "missing-shard":
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {first: "model-2-of-2.safetensors"}}))
+        why = "names model-2-of-2.safetensors, which is not in"
+    elif damage == "dangling-link":
+        file.unlink()
+        file.symlink_to(tmp_path / "gone.safetensors")
+        why = "model.safetensors is a link to nothing"
+    elif damage == "tokenizer-{}":
+        (folder / "tokenizer.json").write_text("{}")
+        why = "tokenizer.json cannot be read as a tokenizer"
+    else:  # a vocabulary smaller than the tokenizer's ids: the embedding would be indexed out of range
+        settings = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**settings, "vocab_size": 1000}))
+        save_file({k: v[:1000] if v.shape[0] == settings["vocab_size"] else v for k, v in weights.items()}, file)
+        why = rf"tokenizer.json has {data.VOCAB_SIZE:,} tokens, but .*config.json builds a vocabulary of 1,000"
+    with pytest.raises(LongctxError, match=why):
+        schema.check("03_activation_offload", {"MODEL": str(folder)})
 
 
 def test_yarn_on_another_model_needs_its_trained_length():

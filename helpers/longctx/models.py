@@ -161,10 +161,14 @@ def has_weights(path: Path) -> bool:
 
 
 def check_weights(path: Path) -> None:
-    """Refuse, reading no weight, a model folder whose safetensors hold a tensor of another shape than its config.json
-    builds, or a file that is not safetensors: transformers would stop half-way through loading, in the kernel.
-    Checked once per state of the folder's files (a sweep checks every point's parameters)."""
-    files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.suffix == ".safetensors")
+    """Refuse, reading no weight, a model folder whose weights transformers would load wrongly or stop loading
+    half-way, in the kernel: a safetensors file that is not one (or a link to nothing), a tensor of another shape than
+    its config.json builds, integer (quantized) tensors, a tensor the model needs that no file holds (transformers
+    would leave it random), a shard the index names that is missing. Checked once per state of the folder's files (a
+    sweep checks every point's parameters)."""
+    files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.name.endswith((".safetensors", ".index.json")))
+    if broken := [p for p in files if not p.exists()]:  # a link to nothing
+        raise LongctxError(f"{broken[0]} is a link to nothing; save the model again (save_pretrained).")
     _check_weights(path, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
 
 
@@ -177,22 +181,74 @@ def _check_weights(path: Path, state: tuple) -> None:
     cfg = config(str(path))
     try:
         with torch.device("meta"):  # the shapes alone
-            wanted = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(cfg).state_dict().items()}
+            net = AutoModelForCausalLM.from_config(cfg)
     except Exception:  # a config transformers builds no causal LM from: the lesson's own loading names it
         return
+    wanted = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    shared = {}  # tied weights (the head and the embedding): one of them in the files is enough
+    for name, tensor in net.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(tensor), []).append(name)
+    for index in sorted(path.glob("*.safetensors.index.json")):
+        named = set(((json_object(index) or {}).get("weight_map") or {}).values())
+        if missing := sorted(n for n in named if not (path / n).is_file()):
+            raise LongctxError(f"{index} names {missing[0]}, which is not in {path}: copy the model's every shard.")
+    found = {}
     for file in sorted(path.glob("*.safetensors")):
         try:
             if not file.is_file():  # a FIFO would block the read
                 raise OSError("not a regular file")
             with safe_open(file, "pt") as weights:
-                found = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+                here = {name: weights.get_slice(name) for name in weights.keys()}
+                here = {name: (tuple(s.get_shape()), s.get_dtype()) for name, s in here.items()}
         except Exception as exc:  # safetensors' own error types
             raise LongctxError(f"{file} cannot be read as safetensors ({exc}); save the model again (save_pretrained).") from None
-        if wrong := [n for n in found if n in wanted and found[n] != wanted[n]]:
+        if wrong := [n for n in here if n in wanted and here[n][0] != wanted[n]]:
             raise LongctxError(
-                f"{file}: {wrong[0]} is {list(found[wrong[0]])}, but {path / 'config.json'} builds {list(wanted[wrong[0]])} "
+                f"{file}: {wrong[0]} is {list(here[wrong[0]][0])}, but {path / 'config.json'} builds {list(wanted[wrong[0]])} "
                 f"({len(wrong)} tensor(s) differ): the weights are another model's, or the config is. Save them together."
             )
+        if whole := [n for n in here if n in wanted and not here[n][1].startswith(("F", "BF"))]:
+            raise LongctxError(
+                f"{file}: {whole[0]} holds {here[whole[0]][1]} numbers, not floating point: quantized weights are not "
+                "trained here. Give the model's bf16 or fp32 weights."
+            )
+        found |= here
+    names = {n for group in shared.values() for n in group}
+    missing = [g[0] for g in shared.values() if not any(n in found for n in g)]
+    missing += [n for n in wanted if n not in names and n not in found]  # persistent buffers
+    if missing:
+        raise LongctxError(
+            f"{path}'s safetensors hold no {missing[0]} ({len(missing)} tensor(s) missing): transformers would start "
+            "them from random numbers. Save the whole model (save_pretrained)."
+        )
+
+
+def check_tokenizer(path: Path) -> None:
+    """Refuse a model folder whose tokenizer.json the tokenizers library cannot read, or which gives token ids past the
+    vocabulary its config.json builds (the embedding would be indexed out of range, in the kernel)."""
+    file = path / "tokenizer.json"
+    if file.exists():
+        _check_tokenizer(path, (file.stat().st_size, file.stat().st_mtime_ns) if file.is_file() else None)
+
+
+@lru_cache(maxsize=32)
+def _check_tokenizer(path: Path, state: tuple | None) -> None:
+    from tokenizers import Tokenizer
+
+    file = path / "tokenizer.json"
+    try:
+        if state is None:  # a FIFO would block the read
+            raise OSError("not a regular file")
+        size = Tokenizer.from_file(str(file)).get_vocab_size(with_added_tokens=True)
+    except Exception as exc:  # the tokenizers library's own errors (Rust), or the file's
+        why = " ".join(str(exc).split())[:160]
+        raise LongctxError(f"{file} cannot be read as a tokenizer ({why}): restore it, or save the tokenizer again.") from None
+    vocabulary = getattr(config(str(path)).get_text_config(), "vocab_size", None) if is_local_config(path) else None
+    if isinstance(vocabulary, int) and size > vocabulary:
+        raise LongctxError(
+            f"{file} has {size:,} tokens, but {path / 'config.json'} builds a vocabulary of {vocabulary:,}: ids past it "
+            "would index the embedding out of range. The tokenizer is another model's, or the config is."
+        )
 
 
 def from_pretrained(cls, source, **kwargs):

@@ -3,6 +3,7 @@
 every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn part-way
 round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it."""
 
+import functools
 import json
 import math
 import shutil
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+from filelock import FileLock, Timeout
 
 from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
@@ -44,7 +46,6 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     default) is refused before training unless `force`, and then only the model's own files are replaced."""
     from longctx import data, models
     from longctx.levers import passkey
-    from longctx.train import TrainConfig, run_sft
 
     if unknown := sorted(set(options) - set(BASE)):
         raise TypeError(f"pretrain() takes the options {', '.join(BASE)}, not {', '.join(unknown)}")
@@ -65,6 +66,10 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     for name in ("learning_rate", "rope_theta"):
         if not (math.isfinite(p[name]) and p[name] > 0):
             raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
+    if p["learning_rate"] > 1:  # AdamW's steps are about the rate in size: past 1 the weights overflow
+        raise LongctxError(
+            f"--learning-rate must be at most 1 (AdamW moves each weight by about that much a step), got {p['learning_rate']!r}."
+        )
     if not 0 <= p["retrieval"] <= 1:
         raise LongctxError(f"--retrieval is a share of the training windows, from 0 to 1; got {p['retrieval']!r}.")
     if p["answer_only"] and not p["retrieval"]:
@@ -101,12 +106,15 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
     model_files |= {"manifest.json", data.CHECKSUMS}
-    out = files.check_out(out or checkpoint_dir(), "pretrain", writes=model_files, force=force, replace_own=False)
+    claim = functools.partial(files.check_out, command="pretrain", writes=model_files, force=force, replace_own=False)
+    out = claim(out or checkpoint_dir())
     if before is None:
         rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
         model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
     else:
         model = load_base(p["init"]).train()
+        if bad := next((n for n, w in model.named_parameters() if not w.isfinite().all()), None):
+            raise LongctxError(f"--init {p['init']}: its weight {bad} holds NaN or infinite numbers; train from a sound model.")
     # the weights (fp32 safetensors) and the tokenizer land in `out` after training: room for them is checked before it
     need = models.n_params(model) * 4 + (data.data_dir() / f"tokenizer-{data.VOCAB_SIZE}" / "tokenizer.json").stat().st_size + MIB
     if (free := shutil.disk_usage(next(d for d in [out, *out.parents] if d.exists())).free) < need:
@@ -118,12 +126,31 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     if p["retrieval"]:
         dataset = _with_pass_keys(dataset, p["retrieval"], p["seq_len"], p["seed"], answer_only=p["answer_only"])
+    # one pretrain at a time into a folder: filelock's OS lock, released even when its holder is killed; beside the
+    # folder, which holds only the model's files (a lock inside would make a failed run's folder look taken)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(out.with_name(f".{out.name}.pretrain.lock"), timeout=0):
+            claim(out)  # again, now that it is ours alone: a pretrain that ended meanwhile may have filled it
+            return _train(model, dataset, p, options, before, trained, out, progress)
+    except Timeout:
+        raise LongctxError(
+            f"Another pretrain is writing into {out}; wait for it to end, or give this one another --out."
+        ) from None
+
+
+def _train(model, dataset, p: dict, options: dict, before: dict | None, trained: int, out: Path, progress: bool) -> Path:
+    """`pretrain`'s training and writing, once its folder is locked."""
+    from longctx import data, models
+    from longctx.train import TrainConfig, run_sft
+
     with files.staging(out) as tmp:
         how = dict(max_steps=p["steps"], per_device_train_batch_size=p["batch"], learning_rate=p["learning_rate"], seed=p["seed"])
         how |= dict(lr_scheduler_type=p["scheduler"], warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20))
         cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), extra={"disable_tqdm": not progress}, **how)
         result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
-        if not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
+        finite = all(w.isfinite().all() for w in model.parameters())  # a loss can look sane while weights overflow
+        if not finite or not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
             # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
             raise LongctxError(
                 f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "

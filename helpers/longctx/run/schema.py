@@ -9,11 +9,10 @@ from functools import lru_cache
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-from longctx import files
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, check_weights, has_weights, is_local_config
+from longctx.models import PRESETS, check_tokenizer, check_weights, has_weights, is_local_config
 from longctx.paths import MINIATURES, schema_file, user_path
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
@@ -49,9 +48,11 @@ def _card(value, context):
 def _weights(value, context):
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
-            tokenizer = (path := user_path(value, "The model")) / "tokenizer.json"
-            if path.is_dir() and tokenizer.exists() and files.json_object(tokenizer) is None:
-                return f"has a damaged tokenizer.json ({tokenizer}: empty, cut, or not a tokenizer's JSON); restore it"
+            if (path := user_path(value, "The model")).is_dir():
+                try:
+                    check_tokenizer(path)
+                except LongctxError as exc:
+                    return f"holds a tokenizer it cannot use: {str(exc).rstrip('.')}"
             if has_weights(path) and is_local_config(path):
                 try:
                     check_weights(path)
