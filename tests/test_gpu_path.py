@@ -142,7 +142,8 @@ def test_run_at_gpu_size_is_refused_in_seconds_without_the_gpus(name, fragment):
 
 def test_a_small_card_is_refused_naming_its_memory(monkeypatch, tmp_path):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
-    (tmp_path / "models--Qwen--Qwen3-4B").mkdir()  # downloaded before: no network needed
+    (tmp_path / "models--Qwen--Qwen3-4B" / "snapshots" / "abc").mkdir(parents=True)  # downloaded before: no network
+    (tmp_path / "models--Qwen--Qwen3-4B" / "snapshots" / "abc" / "config.json").write_text("{}")
     forty = needs.Machine("cuda", (40 * 10**9,))
     with pytest.raises(LongctxError, match="needs 1 CUDA GPU ≥ 80 GB; this machine has cuda:0 40 GB"):
         needs.check("02_yarn", "gpu", {}, have=forty)

@@ -917,3 +917,17 @@ def test_a_value_starting_with_a_dash_is_shown_joined_to_its_flag(capsys):
     )
     assert main(["estimate", "--model", "tiny", "--seq-len=-4k"]) == 2  # then the length's own check speaks
     assert "Sequence length '-4k' is not a positive integer" in capsys.readouterr().err
+
+
+def test_a_fifo_where_a_notebook_or_a_config_is_read_is_refused_not_waited_on(tmp_path):
+    import os
+
+    from longctx import models
+
+    os.mkfifo(tmp_path / "lesson.ipynb")  # reading it would wait for a writer for ever
+    with pytest.raises(LongctxError, match="lesson.ipynb is not a regular file"):
+        harness.resolve(str(tmp_path / "lesson.ipynb"))
+    (tmp_path / "model").mkdir()
+    os.mkfifo(tmp_path / "model" / "config.json")
+    with pytest.raises(LongctxError, match="config.json is not a regular file"):
+        models.check_spec(str(tmp_path / "model"))

@@ -45,5 +45,26 @@ def test_a_hub_id_that_cannot_be_reached_names_the_preset_of_its_shape(monkeypat
     with pytest.raises(LongctxError, match=r"instead\.$"):  # a hub id no preset stands for: nothing added
         models.config("someone/unknown-model")
     # one in the hub cache is left to the hub client (which reads the cache), however the network stands
-    (tmp_path / "models--someone--cached").mkdir()
+    (tmp_path / "models--someone--cached" / "snapshots" / "abc").mkdir(parents=True)
+    (tmp_path / "models--someone--cached" / "snapshots" / "abc" / "config.json").write_text("{}")
     assert models.check_fetchable(["someone/cached"], "this") == []
+
+
+def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_must_name_a_size(monkeypatch, tmp_path):
+    class Unreachable:
+        def head(self, url, timeout):
+            raise ConnectionError("no route")
+
+    monkeypatch.setattr("huggingface_hub.utils.get_session", Unreachable)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # (transformers reads it for the cached config)
+    (tmp_path / "models--acme--ghost" / "snapshots").mkdir(parents=True)  # what a download that failed leaves
+    with pytest.raises(LongctxError, match="needs acme/ghost from the hub, but .* cannot be reached"):
+        models.config("acme/ghost")
+    snapshot = tmp_path / "models--acme--half" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "models--acme--half" / "refs").mkdir()
+    (tmp_path / "models--acme--half" / "refs" / "main").write_text("abc")
+    (snapshot / "config.json").write_text('{"model_type": "qwen3"}')  # transformers would fill in Qwen3's defaults
+    with pytest.raises(LongctxError, match="acme/half's config.json names no size"):
+        models.config("acme/half")

@@ -529,6 +529,8 @@ def test_a_metric_the_lesson_never_records_is_refused_before_any_point(tmp_path)
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
     with pytest.raises(LongctxError, match=r"01_chunked_loss records no result 'tme' \(did you mean 'time'\?\)"):
         sweep.run(sw, metric="tme", progress=False)
+    with pytest.raises(LongctxError, match="--metric is empty"):  # it would silently mean no plot
+        sweep.run(sw, metric=" ", progress=False)
     assert not (tmp_path / "sw").exists()
     # the keys of a dict written out in the lesson and passed as **values count; a computed one leaves it to the points
     code = 'values = {"peak": 1}\nsession.record(**values, time=2)'
@@ -560,6 +562,12 @@ def test_slurm_requests_are_checked_against_what_sinfo_lists(tmp_path, monkeypat
         slurm.check({"partition": "gpu"})
     with pytest.raises(LongctxError, match="--gpus 1: partition 'debug' has no GPUs"):
         slurm.check({"gpus": 1})
+    down = tmp_path / "bin" / "sinfo"  # a controller that does not answer: SLURM's words on one line, and what to check
+    down.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\necho 'more' >&2\nexit 1\n")
+    with pytest.raises(
+        LongctxError, match=r"SLURM did not answer `sinfo .*` \(slurm_load_partitions: Unable to .* more\)\. Check"
+    ):
+        slurm.check({})
 
 
 def test_slurm_task_states_come_from_squeue_while_queued_and_sacct_once_ended(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 hyperparameters, so the estimator builds them without the hub), and the one way a model is read: `load()` takes a
 preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
+import contextlib
 import json
 import os
 import re
@@ -119,7 +120,12 @@ def check_fetchable(ids, run: str) -> list[str]:
     from huggingface_hub.utils import get_session
 
     cache = Path(constants.HF_HUB_CACHE)
-    missing = [i for i in ids if not any((cache / f"{kind}--{i.replace('/', '--')}").is_dir() for kind in ("models", "datasets"))]
+    snapshot = "{}--{}/snapshots/*/*"  # a file in a snapshot: a download that failed leaves its folder, and none
+    missing = [
+        i
+        for i in ids
+        if not any(next(cache.glob(snapshot.format(k, i.replace("/", "--"))), None) for k in ("models", "datasets"))
+    ]
     if not missing:
         return missing
     # read now, as the hub client does at import: a process may set it after importing huggingface_hub
@@ -144,6 +150,8 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
         return
+    if (path / "config.json").exists() and not (path / "config.json").is_file():  # a FIFO, a folder
+        raise LongctxError(f"{path / 'config.json'} is not a regular file: a model's config.json is a JSON file of its settings.")
     if not is_local_config(path):
         ours = f", or one of the lessons' own: {', '.join(map(repr, MINIATURES))}." if allow_base else "."
         raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}{ours}")
@@ -285,9 +293,18 @@ def _refuse_custom_code(source, why: str):
 SIZE_KEYS = {"hidden_size", "n_embd", "n_embed", "d_model", "text_config"}
 
 
+def _check_sized(settings: dict, name: str) -> None:
+    if not SIZE_KEYS & set(settings):  # transformers would fill in its class's defaults (a 7B Llama, say)
+        raise LongctxError(
+            f"{name} names no size ({', '.join(sorted(SIZE_KEYS))}): transformers would fill in its own defaults and "
+            "the estimate would be of a model you did not describe. Give the model's whole config.json."
+        )
+
+
 def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
     from transformers import AutoConfig, Qwen3Config
+    from transformers.configuration_utils import PreTrainedConfig
 
     _check_not_empty(spec)
     if spec in PRESETS:
@@ -317,16 +334,17 @@ def config(spec: str, **overrides):
             f"{spec} holds a JSON {type(loaded).__name__}, not an object: a model's config.json is one object of "
             'settings ({"model_type": ..., "hidden_size": ...}).'
         )
-    if loaded and not SIZE_KEYS & set(loaded):  # transformers would fill in its class's defaults (a 7B Llama, say)
-        raise LongctxError(
-            f"{given} names no size ({', '.join(sorted(SIZE_KEYS))}): transformers would fill in its own defaults and "
-            "the estimate would be of a model you did not describe. Give the model's whole config.json."
-        )
+    if loaded:
+        _check_sized(loaded, str(given))
     source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
     twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
     try:
         if not path.exists():
             check_fetchable([spec], "Reading the model's config")
+            settings = {}
+            with contextlib.suppress(Exception):  # (what it cannot read, from_pretrained names below)
+                settings = PreTrainedConfig.get_config_dict(spec)[0]
+            _check_sized(settings or {"hidden_size": None}, f"{spec}'s config.json")
         return from_pretrained(AutoConfig, source, **overrides)
     except LongctxError as exc:
         raise LongctxError(f"{exc}{twin}") from None

@@ -100,6 +100,8 @@ def _size_file(notebook: Path, size: str) -> dict:
 
 def declared_parameters(notebook: Path) -> dict:
     """The names and default values of the notebook's `parameters` cell."""
+    if notebook.exists() and not notebook.is_file():  # a FIFO would block the read for ever; a folder cannot be read
+        raise LongctxError(f"{notebook} is not a regular file: give the notebook file itself.")
     try:
         nb = nbformat.read(notebook, as_version=4)
         nbformat.validate(nb)

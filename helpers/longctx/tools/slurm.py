@@ -32,7 +32,11 @@ def _ask(*command: str, timeout: float = 30) -> str:
     except subprocess.TimeoutExpired:
         raise LongctxError(f"`{' '.join(command)}` did not answer in {timeout:.0f} s: is slurmctld up?") from None
     if done.returncode:
-        raise LongctxError(f"`{' '.join(command)}` failed: {(done.stderr or done.stdout).strip()}")
+        said = " ".join((done.stderr or done.stdout).split())[:400]  # SLURM's own words, on one line
+        raise LongctxError(
+            f"SLURM did not answer `{' '.join(command)}` ({said}). Check that its controller runs (`scontrol ping`) and "
+            "that SLURM_CONF names the cluster's slurm.conf, from the cluster's login node."
+        )
     return done.stdout
 
 
