@@ -904,9 +904,23 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
     assert not (tmp_path / "out").exists()  # refused before its folder or a kernel
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need))
     harness._checked(notebook, "ci", {"SEQ_LEN": 4 * ci})  # it fits: the run is told its time limit stays the size's
-    assert f"SEQ_LEN={4 * ci:,} is 4× the ci size's; it fits in memory" in capsys.readouterr().err
+    assert f"SEQ_LEN={4 * ci:,} is 4× the ci size's tokens a step; it may run past" in capsys.readouterr().err
     harness._checked(notebook, "ci", {"SEQ_LEN": ci})  # the size's own length: nothing to check, nothing said
     assert capsys.readouterr().err == ""
+    # the batch counts (lesson 00's step is BATCH sequences of SEQ_LEN), and every length the schema marks so (a
+    # lesson's second model's step included)
+    primer = harness.resolve("00")
+    sized = {**harness.declared_parameters(primer), **harness.size_params(primer, "ci")}
+    need = estimate(sized["MODEL"], sized["SEQ_LEN"], batch=64 * sized["BATCH"], loss="plain", dtype="fp32", device="cpu")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
+    with pytest.raises(LongctxError, match=f"BATCH={64 * sized['BATCH']:,} is more than this machine can step"):
+        harness._checked(primer, "ci", {"BATCH": 64 * sized["BATCH"]})
+    declared = harness.declared_parameters(notebook)
+    longer = 4 * {**declared, **harness.size_params(notebook, "ci")}["CHECK_LEN"]
+    check = estimate(declared["CHECK_MODEL"], longer, loss="plain", dtype="fp32", device="cpu")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=check.peak_bytes - 1))
+    with pytest.raises(LongctxError, match=f"CHECK_LEN={longer:,} is more than this machine can step"):
+        harness._checked(notebook, "ci", {"CHECK_LEN": longer})
 
 
 def test_a_value_starting_with_a_dash_is_shown_joined_to_its_flag(capsys):
@@ -931,3 +945,13 @@ def test_a_fifo_where_a_notebook_or_a_config_is_read_is_refused_not_waited_on(tm
     os.mkfifo(tmp_path / "model" / "config.json")
     with pytest.raises(LongctxError, match="config.json is not a regular file"):
         models.check_spec(str(tmp_path / "model"))
+
+
+def test_a_local_folder_named_like_a_hub_id_is_said_to_be_the_folder(tmp_path, monkeypatch, capsys):
+    from longctx import models
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Qwen" / "Qwen3-4B").mkdir(parents=True)  # transformers reads the local folder, not the hub's model
+    models.config("tiny").save_pretrained(tmp_path / "Qwen" / "Qwen3-4B")
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--seq-len", "1k"]) == 0
+    assert f"note: Qwen/Qwen3-4B is the folder {tmp_path / 'Qwen' / 'Qwen3-4B'} here" in capsys.readouterr().err

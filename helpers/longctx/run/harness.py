@@ -211,25 +211,36 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
 
 
 def _check_raised_length(notebook: str, size: str, params: dict) -> None:
-    """A SEQ_LEN raised past the CPU size's own is first estimated: the step the lessons start from (the plain loss,
-    checkpointing on) must fit this machine's available memory at it, or the kernel would be killed minutes in. Its
+    """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`: the parameters naming its model and
+    batch), raised past the size's own, is first estimated: the step the lessons start from (the plain loss,
+    checkpointing on) at it must fit this machine's available memory, or the kernel would be killed minutes in. Its
     time is not priced on a CPU: the run is told the limit it keeps."""
-    path = resolve(notebook)
-    own, values = size_params(path, size).get("SEQ_LEN"), {**declared_parameters(path), **params}
-    given, model = values.get("SEQ_LEN"), values.get("MODEL")
-    if needs.of(notebook, size).gpus or not (isinstance(own, int) and isinstance(given, int) and given > own and model):
+    if needs.of(notebook, size).gpus:
         return
     from longctx.memory.estimate import estimate
 
-    step = estimate(model, given, loss="plain", dtype=values.get("DTYPE", "fp32"), device="cpu")
-    if step.peak_bytes > (free := psutil.virtual_memory().available):
-        raise LongctxError(
-            f"{notebook}: SEQ_LEN={given:,} is more than this machine can step: the plain-loss step with checkpointing "
-            f"needs {step.peak_gib:.1f} GiB at it ({step.peak_phase}; `longctx estimate --device cpu --loss plain`), "
-            f"and {free / 2**30:.1f} GiB is available. Use a shorter SEQ_LEN, or a GPU size."
-        )
-    print(f"{notebook}: SEQ_LEN={given:,} is {given / own:g}× the {size} size's; it fits in memory, but may run past the "
-          "size's time limit (`longctx list` shows it; --timeout MINUTES gives it more).", file=sys.stderr)  # fmt: skip
+    path = resolve(notebook)
+    own, values = {**declared_parameters(path), **size_params(path, size)}, {**declared_parameters(path), **params}
+    for name, prop in schema.schema(notebook)["properties"].items():
+        if not (step := prop.get("x-cpu-step")):
+            continue
+        shown = (name, step.get("batch"))  # the length (a list: its longest) and the batch of the step
+        before, now = ({n: max(v[n]) if isinstance(v[n], list) else v[n] for n in shown if n in v} for v in (own, values))
+        was, given = (t[name] * t.get(step.get("batch"), 1) for t in (before, now))  # tokens a step
+        if given <= was:
+            continue
+        raised, need = ", ".join(f"{n}={v:,}" for n, v in now.items()), None
+        with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
+            batch, dtype = now.get(step.get("batch"), 1), values.get("DTYPE", "fp32")
+            need = estimate(values[step["model"]], now[name], batch=batch, loss="plain", dtype=dtype, device="cpu")
+        if need and need.peak_bytes > (free := psutil.virtual_memory().available):
+            raise LongctxError(
+                f"{notebook}: {raised} is more than this machine can step: the plain-loss step with checkpointing "
+                f"needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate --device cpu --loss plain`), "
+                f"and {free / 2**30:.1f} GiB is available. Use shorter lengths or a smaller batch, or a GPU size."
+            )
+        print(f"{notebook}: {raised} is {given / was:g}× the {size} size's tokens a step; it may run past the size's "
+              "time limit (`longctx list` shows it; --timeout MINUTES gives it more).", file=sys.stderr)  # fmt: skip
 
 
 def check_timeout(minutes) -> float | None:

@@ -17,7 +17,15 @@ from longctx.errors import LongctxError
 from longctx.models import HUB_ID, check_fetchable
 from longctx.paths import notebooks_dir
 
-MODEL_PARAMETERS = ("MODEL", "FULL_MODEL", "CHECK_MODEL", "SECOND_MODEL", "PROBE_MODEL")  # parameters that name a model
+MODEL_PARAMETERS = (
+    "MODEL",
+    "FULL_MODEL",
+    "CHECK_MODEL",
+    "SECOND_MODEL",
+    "PROBE_MODEL",
+    "HOST_MODEL",
+    "TIME_MODEL",
+)  # name a model
 PATH_PARAMETERS = (*MODEL_PARAMETERS, "DATASET")  # ... or a local file the kernel reads
 GB = 1e9  # cards are sold in decimal GB: an "80 GB" H100 reports about 85.5e9 bytes
 # A run is stopped after LIMIT_FACTOR × its size's minutes + LIMIT_SLACK minutes (`longctx run --timeout` sets another):

@@ -20,7 +20,7 @@ from longctx.errors import LongctxError
 from longctx.lengths import parse_length
 from longctx.levers import base_model
 from longctx.memory import cards, timing
-from longctx.models import PRESETS
+from longctx.models import HUB_ID, PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
 from longctx.tools import figures, lab, site
 
@@ -335,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, _interrupt)  # stopped from outside: the same clean end, no orphaned kernel
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
+        if HUB_ID.match(model := getattr(args, "model", None) or "") and os.path.exists(model):  # as transformers reads it
+            print(
+                f"note: {model} is the folder {os.path.abspath(model)} here, not the hub's model of that name.", file=sys.stderr
+            )
         args.func(args)
     except KeyboardInterrupt as exc:
         logging.getLogger("asyncio").disabled = True  # a dead kernel's pending tasks would report it at exit
