@@ -242,6 +242,10 @@ def test_one_pretrain_at_a_time_into_a_folder_and_never_from_weights_that_are_no
     with pytest.raises(LongctxError, match=f"--init {init}: its weight {name} holds NaN or infinite numbers"):
         base_model.pretrain(out, init=str(init), steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
     assert not out.exists()
+    from longctx import models
+
+    with pytest.raises(LongctxError, match=f"weight {name} holds NaN or infinite numbers"):  # a lesson's load too
+        models.load(str(init))
 
 
 def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):

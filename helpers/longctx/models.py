@@ -366,7 +366,10 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
         return AutoModelForCausalLM.from_config(config(spec, **overrides), dtype=dtype)
     if not (Path(spec).exists() or HUB_ID.match(spec)):
         preset(spec)  # raises with the list of presets
-    return from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, **overrides)
+    model = from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, **overrides)
+    if bad := next((name for name, w in model.named_parameters() if not w.isfinite().all()), None):  # it trains on NaN
+        raise LongctxError(f"{spec}'s weight {bad} holds NaN or infinite numbers: the model is damaged; save a sound one.")
+    return model
 
 
 def to_device(model):
