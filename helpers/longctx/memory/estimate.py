@@ -176,7 +176,8 @@ def build_step(
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
     decoder layer, then the root, as accelerate wraps them; `mixed_precision` as its `mixed_precision: bf16`) and the
     step under torch's `context_parallel` (this rank's slice of the sequence, attention through the ring).
-    `autocast`: the forward as a Trainer with bf16=True runs it on one GPU (see trainer_autocast)."""
+    `autocast`: the forward as a Trainer with bf16=True runs it on one GPU (accelerate's prepare_model: under bf16
+    autocast, its outputs in fp32); on fake CPU tensors with CUDA's policy (compat.cuda_autocast_policy_on_cpu)."""
     from transformers import AutoModelForCausalLM
 
     from longctx import compat

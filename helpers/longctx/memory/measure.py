@@ -101,8 +101,8 @@ class TimelineTracker(FakeStepMemTracker):
         elif u_type.name == "DEL":
             self._born.pop(id(winfo), None)
         elif u_type.name == "REF" and here and old_reftype == _MemRefType.TEMP and winfo.reftype == _MemRefType.GRAD:
-            # a gradient is filed as such only once autograd accumulates it into .grad; a tied head's waits in the
-            # engine's buffer until the embedding's part comes, the whole backward: it is counted as one from birth
+            # MemTracker files a gradient as one only when autograd hands it to .grad (its hook), some operators
+            # after the one that made it: it is counted as a gradient from that operator on
             temp, grad = CATEGORIES.index("temporaries"), CATEGORIES.index("gradients")
             for row in self.rows[self._born.get(id(winfo), len(self.rows)) :]:
                 row[temp], row[grad] = row[temp] - winfo.mem_consumed, row[grad] + winfo.mem_consumed
