@@ -47,12 +47,12 @@ def test_the_recipe_a_lesson_writes_is_the_config_it_ran(executed, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_the_results_a_sweep_can_plot_are_read_from_the_lessons_code(executed, name):
-    """`sweep --metric` refuses a name before any point runs by reading the lesson's record(...) calls: they must give
-    exactly the results a run records."""
+    """`sweep --metric` refuses a name before any point runs by reading the lesson's record(...) calls: every result a
+    run records is among them (a result recorded only at some sizes is left to the finished points to check)."""
     from longctx.tools import sweep
 
     recorded = sweep._recorded(harness.notebooks()[name].read_bytes())
-    assert recorded == set(executed(name, "ci").results["results"])
+    assert set(executed(name, "ci").results["results"]) <= recorded
 
 
 @pytest.fixture
