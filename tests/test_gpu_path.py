@@ -144,6 +144,8 @@ def test_a_small_card_is_refused_naming_its_memory(monkeypatch, tmp_path):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     (tmp_path / "models--Qwen--Qwen3-4B" / "snapshots" / "abc").mkdir(parents=True)  # downloaded before: no network
     (tmp_path / "models--Qwen--Qwen3-4B" / "snapshots" / "abc" / "config.json").write_text("{}")
+    (tmp_path / "models--Qwen--Qwen3-4B" / "refs").mkdir()
+    (tmp_path / "models--Qwen--Qwen3-4B" / "refs" / "main").write_text("abc")
     forty = needs.Machine("cuda", (40 * 10**9,))
     with pytest.raises(LongctxError, match="needs 1 CUDA GPU ≥ 80 GB; this machine has cuda:0 40 GB"):
         needs.check("02_yarn", "gpu", {}, have=forty)

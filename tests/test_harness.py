@@ -239,13 +239,16 @@ def test_one_pretrain_at_a_time_into_a_folder_and_never_from_weights_that_are_no
     weights = load_file(init / "model.safetensors")
     weights[name := sorted(weights)[0]][0, 0] = float("nan")
     save_file(weights, init / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(LongctxError, match=f"--init {init}: its weight {name} holds NaN or infinite numbers"):
+    with pytest.raises(LongctxError, match=f"{init / 'model.safetensors'}: {name} holds NaN or infinite numbers"):
         base_model.pretrain(out, init=str(init), steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
     assert not out.exists()
     from longctx import models
 
     with pytest.raises(LongctxError, match=f"weight {name} holds NaN or infinite numbers"):  # a lesson's load too
         models.load(str(init))
+    shutil.rmtree(init)
+    base_model.pretrain(out, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # its lock gone with it, beside the user's folder
 
 
 def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
@@ -919,6 +922,10 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
     with pytest.raises(LongctxError, match=f"BATCH={64 * sized['BATCH']:,} is more than this machine can step"):
         harness._checked(primer, "ci", {"BATCH": 64 * sized["BATCH"]})
+    bigger = estimate("qwen3-0.6b", sized["SEQ_LEN"], batch=sized["BATCH"], loss="plain", dtype="fp32", device="cpu")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=bigger.peak_bytes - 1))
+    with pytest.raises(LongctxError, match="MODEL=qwen3-0.6b is more than this machine can step"):  # another model
+        harness._checked(primer, "ci", {"MODEL": "qwen3-0.6b"})
     declared = harness.declared_parameters(notebook)
     longer = 4 * {**declared, **harness.size_params(notebook, "ci")}["CHECK_LEN"]
     check = estimate(declared["CHECK_MODEL"], longer, loss="plain", dtype="fp32", device="cpu")
@@ -985,3 +992,15 @@ def test_with_jobs_a_nested_metric_is_checked_on_one_point_before_the_others_sta
     with pytest.raises(LongctxError, match=r"'measured\.chunkd\.peak_gib' was not reported"):
         sweep.run(sw, jobs=2, metric="measured.chunkd.peak_gib", progress=False)
     assert len(ran) == 1
+
+
+def test_a_diverged_pretrain_says_what_went_wrong_and_writes_nothing(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from longctx import train
+    from longctx.levers import base_model
+
+    monkeypatch.setattr(train, "run_sft", lambda *a, **k: SimpleNamespace(losses=[8.3, 0.0], seconds=1.0))
+    with pytest.raises(LongctxError, match=r"Training diverged \(logged losses \[8.3, 0.0\]…: a loss logged as 0.0 is a NaN"):
+        base_model.pretrain(tmp_path / "out", steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
+    assert not (tmp_path / "out").exists()

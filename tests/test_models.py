@@ -45,9 +45,11 @@ def test_a_hub_id_that_cannot_be_reached_names_the_preset_of_its_shape(monkeypat
     with pytest.raises(LongctxError, match=r"instead\.$"):  # a hub id no preset stands for: nothing added
         models.config("someone/unknown-model")
     # one in the hub cache is left to the hub client (which reads the cache), however the network stands
-    (tmp_path / "models--someone--cached" / "snapshots" / "abc").mkdir(parents=True)
+    (tmp_path / "models--someone--cached" / "snapshots" / "abc").mkdir(parents=True)  # as the hub client caches it
     (tmp_path / "models--someone--cached" / "snapshots" / "abc" / "config.json").write_text("{}")
-    assert models.check_fetchable(["someone/cached"], "this") == []
+    (tmp_path / "models--someone--cached" / "refs").mkdir()
+    (tmp_path / "models--someone--cached" / "refs" / "main").write_text("abc")
+    assert models.check_fetchable({"someone/cached": "model"}, "this") == []
 
 
 def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_must_name_a_size(monkeypatch, tmp_path):
@@ -60,6 +62,13 @@ def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_mu
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # (transformers reads it for the cached config)
     (tmp_path / "models--acme--ghost" / "snapshots").mkdir(parents=True)  # what a download that failed leaves
     with pytest.raises(LongctxError, match="needs acme/ghost from the hub, but .* cannot be reached"):
+        models.config("acme/ghost")
+    ghost = tmp_path / "models--acme--ghost"
+    (ghost / "snapshots" / "abc").mkdir()
+    (ghost / "snapshots" / "abc" / "config.json").symlink_to(ghost / "blobs" / "gone")  # its blob removed
+    (ghost / "refs").mkdir()
+    (ghost / "refs" / "main").write_text("abc")
+    with pytest.raises(LongctxError, match="needs acme/ghost from the hub"):
         models.config("acme/ghost")
     snapshot = tmp_path / "models--acme--half" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)

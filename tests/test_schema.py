@@ -109,7 +109,20 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     schema.check("03_activation_offload", {"MODEL": "Qwen/Qwen3-0.6B"})  # a hub id: its weights come with it
 
 
-@pytest.mark.parametrize("damage", ["int8", "missing-tensor", "missing-shard", "dangling-link", "tokenizer-{}", "more-ids"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "int8",
+        "missing-tensor",
+        "stray-file",
+        "missing-shard",
+        "dangling-link",
+        "nan",
+        "tokenizer-{}",
+        "tokenizer-link",
+        "more-ids",
+    ],
+)
 def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_path, damage):
     import torch
     from safetensors.torch import load_file, save_file
@@ -124,6 +137,13 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "missing-tensor":  # transformers would start it from random numbers, saying so only in its log
         save_file({k: v for k, v in weights.items() if k != first}, file)
         why = rf"safetensors hold no {first} \(1 tensor\(s\) missing\)"
+    elif damage == "stray-file":  # the tensor is in a file beside it, which transformers never reads
+        save_file({k: v for k, v in weights.items() if k != first}, file)
+        save_file({first: weights[first]}, folder / "zz-backup.safetensors")
+        why = rf"safetensors hold no {first} \(1 tensor\(s\) missing\)"
+    elif damage == "nan":  # it would train on NaN
+        save_file({**weights, first: weights[first] * float("nan")}, file)
+        why = rf"{first} holds NaN or infinite numbers"
     elif damage == "missing-shard":
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {first: "model-2-of-2.safetensors"}}))
         why = "names model-2-of-2.safetensors, which is not in"
@@ -134,6 +154,10 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "tokenizer-{}":
         (folder / "tokenizer.json").write_text("{}")
         why = "tokenizer.json cannot be read as a tokenizer"
+    elif damage == "tokenizer-link":
+        (folder / "tokenizer.json").unlink()
+        (folder / "tokenizer.json").symlink_to(tmp_path / "gone.json")
+        why = r"tokenizer.json cannot be read as a tokenizer \(a link to nothing\)"
     else:  # a vocabulary smaller than the tokenizer's ids: the embedding would be indexed out of range
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "vocab_size": 1000}))

@@ -6,11 +6,12 @@ import errno
 import json
 import os
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from longctx import LongctxError
+from longctx import LongctxError, files
 from longctx.run import harness
 from longctx.tools import site
 
@@ -131,9 +132,19 @@ def test_a_run_in_the_build_folder_too_damaged_to_show_is_refused_not_shown_as_n
     assert not (tmp_path / "site").exists()
 
 
-@pytest.mark.parametrize("damage", ["another-lessons-notebook", "linked-notebook"])
+@pytest.mark.parametrize("damage", ["another-lessons-notebook", "another-runs-notebook", "another-size", "linked-notebook"])
 def test_a_run_whose_notebook_is_not_that_lessons_own_is_refused(tmp_path, run, damage):
-    if damage == "another-lessons-notebook":  # the results.json is the lesson's; the executed notebook another's
+    results = json.loads((run.parent / "results.json").read_text())
+    if damage == "another-runs-notebook":  # the executed notebook of a run with other parameters, beside these results
+        nb = nbformat.read(run, as_version=4)
+        nb.metadata["papermill"]["parameters"] = {"SEQ_LEN": 64}
+        nbformat.write(nb, run)
+        (run.parent / "results.json").write_text(json.dumps({**results, "params": {"SEQ_LEN": 2048}}))
+        why = "ran with SEQ_LEN=64, its results.json with 2048"
+    elif damage == "another-size":
+        (run.parent / "results.json").write_text(json.dumps({**results, "size": "cpu"}))
+        why = "its results.json is of a run at size 'cpu', not 'ci'"
+    elif damage == "another-lessons-notebook":  # the results.json is the lesson's; the executed notebook another's
         nb = nbformat.read(run, as_version=4)
         nb.metadata["papermill"]["input_path"] = "notebooks/01_chunked_loss.ipynb"
         nbformat.write(nb, run)
@@ -150,14 +161,24 @@ def test_a_figure_that_is_a_link_is_refused_and_a_results_field_is_shown_as_text
     figures = tmp_path / "figures"
     figures.mkdir()
     (figures / "index.md").write_text("# figures\n\n![x](x.png)\n")
+    with pytest.raises(LongctxError, match="figures is a folder that `longctx figures` did not write"):
+        site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
+    files.mark_claimed(figures, "figures")
     (tmp_path / "secret").write_text("not a figure")
     (figures / "x.png").symlink_to(tmp_path / "secret")
     with pytest.raises(LongctxError, match="x.png is a link, not a figure `longctx figures` wrote"):
         site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
+    (tmp_path / "linked").symlink_to(figures, target_is_directory=True)  # the whole folder a link to elsewhere
+    with pytest.raises(LongctxError, match="linked is a link that `longctx figures` did not write"):
+        site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=tmp_path / "linked", progress=False)
     results = json.loads((run.parent / "results.json").read_text())
     (run.parent / "results.json").write_text(json.dumps({**results, "finished": "<script>alert(1)</script>"}))
+    with pytest.raises(LongctxError, match="finished '<script>alert\\(1\\)</script>' is not a time"):
+        build(tmp_path / "site", {FIRST: run})
+    link = "[see](javascript:alert(1))"  # a version that would be a link in Markdown: shown as code
+    (run.parent / "results.json").write_text(json.dumps({**results, "versions": {"torch": link}}))
     page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
-    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'href="javascript' not in page and "torch [see](javascript:alert(1))" in page
 
 
 def test_the_users_files_and_empty_folders_move_before_the_swap_or_nothing_changes(tmp_path, run, monkeypatch):
@@ -183,3 +204,15 @@ def test_the_users_files_and_empty_folders_move_before_the_swap_or_nothing_chang
     monkeypatch.setattr(os.path, "ismount", lambda p: str(p) == str(out))
     with pytest.raises(LongctxError, match="is a mount point"):
         build(out, {})
+
+
+def test_what_is_left_of_the_last_build_is_said(tmp_path, run, monkeypatch, capsys):
+    out = build(tmp_path / "site", {FIRST: run})
+
+    def stuck(path, onerror):  # (an immutable file of the last build's: `chattr +i` as root)
+        onerror(os.unlink, str(Path(path) / "index.html"), (PermissionError, PermissionError(), None))
+
+    monkeypatch.setattr(shutil, "rmtree", stuck)
+    build(out, {FIRST: run})
+    left = next(p for p in tmp_path.iterdir() if p.name.startswith(".site.old-"))
+    assert f"what is left of it is in {left}" in capsys.readouterr().err

@@ -76,7 +76,9 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
         elif _sha256(path.read_bytes()) != digest:
             problems.append(f"{rel}: changed")
     tops = sorted({rel.split("/")[0] for rel in listed if "/" in rel} - {"", ".", ".."})
-    found = [f for top in tops for f in sorted((data_dir() / top).rglob("*")) if not (f.is_dir() or f.name.startswith("."))]
+    holding = {p.as_posix() for rel in listed for p in Path(rel).parents}  # the folders the listed files are in
+    found = [f for top in tops for f in sorted((data_dir() / top).rglob("*")) if not f.name.startswith(".")]
+    found = [f for f in found if not (f.is_dir() and not f.is_symlink() and f.relative_to(data_dir()).as_posix() in holding)]
     unlisted = [rel for f in found if (rel := f.relative_to(data_dir()).as_posix()) not in listed and rel not in known]
     return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
@@ -199,7 +201,7 @@ def books(split: str = "train") -> tuple[Book, ...]:
     """The books of one split. Validation holds out whole books (every 8th by name)."""
     check_choice("split", split, SPLITS)
     # hidden files are not books (nor checked by verify): an editor's `.name.txt` never joins the lesson
-    files = sorted(f for f in fetch_corpus().glob("*.txt") if not f.name.startswith("."))
+    files = sorted(f for f in fetch_corpus().glob("*.txt") if not f.name.startswith(".") and f.is_file())
     chosen = [f for i, f in enumerate(files) if (i % VALIDATION_EVERY == VALIDATION_EVERY - 1) == (split == "validation")]
     return tuple(Book(f.stem, f.read_text(encoding="utf-8")) for f in chosen)
 

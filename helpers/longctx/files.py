@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -32,6 +33,11 @@ def _look(out: Path, command: str) -> tuple[list[str], bool]:
     with contextlib.suppress(OSError):
         marked = marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
     return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked
+
+
+def claimed(folder: Path, command: str) -> bool:
+    """Whether `command` wrote `folder` (its marker is there)."""
+    return _look(folder, command)[1]
 
 
 def _json(path: Path):
@@ -189,7 +195,10 @@ def swap_in(new: Path, out: Path, command: str) -> None:
             f"Nothing was changed in {out}; free it, or give --out another folder."
         ) from None
     os.replace(new, out)
-    shutil.rmtree(aside, ignore_errors=True)
+    left = []
+    shutil.rmtree(aside, onerror=lambda function, path, exc: left.append(path))
+    if left and aside.exists():  # (an immutable file of the last build's, say): said, not left unseen
+        print(f"note: the last build could not be removed whole ({left[0]}); what is left of it is in {aside}.", file=sys.stderr)
 
 
 def _check_targets(out: Path, names) -> None:

@@ -112,20 +112,21 @@ def is_local_config(path: Path) -> bool:
     return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
 
 
-def check_fetchable(ids, run: str) -> list[str]:
-    """The hub ids of `ids` that are not in the hub cache (to be downloaded), refused at once when the hub cannot give
-    them: HF_HUB_OFFLINE is set, or its address does not answer within a few seconds (the hub client would retry for
-    half a minute, then fail in the kernel)."""
-    from huggingface_hub import constants
+def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
+    """The hub ids of `ids` (id → "model" or "dataset") that are not in the hub cache (to be downloaded), refused at
+    once when the hub cannot give them: HF_HUB_OFFLINE is set, or its address does not answer within a few seconds
+    (the hub client would retry for half a minute, then fail in the kernel)."""
+    from huggingface_hub import constants, try_to_load_from_cache
     from huggingface_hub.utils import get_session
 
     cache = Path(constants.HF_HUB_CACHE)
-    snapshot = "{}--{}/snapshots/*/*"  # a file in a snapshot: a download that failed leaves its folder, and none
-    missing = [
-        i
-        for i in ids
-        if not any(next(cache.glob(snapshot.format(k, i.replace("/", "--"))), None) for k in ("models", "datasets"))
-    ]
+
+    def held(repo: str, kind: str) -> bool:  # a model by its config.json, a dataset by any file of its snapshot
+        if kind == "model":  # (a folder a failed download left, a dangling link, a README alone: not the model)
+            return isinstance(try_to_load_from_cache(repo, "config.json", cache_dir=cache), str)
+        return any(f.is_file() for f in cache.glob(f"datasets--{repo.replace('/', '--')}/snapshots/*/*"))
+
+    missing = [i for i, kind in ids.items() if not held(i, kind)]
     if not missing:
         return missing
     # read now, as the hub client does at import: a process may set it after importing huggingface_hub
@@ -158,6 +159,7 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     refuse_custom_code(path)
 
 
+READ_WHOLE_BYTES = 512 * 2**20  # weight files up to this size are read whole before a run (the CPU sizes' models)
 # what from_pretrained reads here (`use_safetensors=True`): a pickled pytorch_model.bin can run code when it is loaded
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
 
@@ -196,20 +198,33 @@ def _check_weights(path: Path, state: tuple) -> None:
     shared = {}  # tied weights (the head and the embedding): one of them in the files is enough
     for name, tensor in net.named_parameters(remove_duplicate=False):
         shared.setdefault(id(tensor), []).append(name)
-    for index in sorted(path.glob("*.safetensors.index.json")):
-        named = set(((json_object(index) or {}).get("weight_map") or {}).values())
-        if missing := sorted(n for n in named if not (path / n).is_file()):
+    # the files transformers reads (use_safetensors): the index's shards, each holding the tensors it maps to it, or
+    # model.safetensors alone; another safetensors file beside them is never read
+    index, mapped = path / "model.safetensors.index.json", {}
+    if index.exists():
+        mapped = (json_object(index) or {}).get("weight_map") or {}
+        if missing := sorted(n for n in set(mapped.values()) if not (path / n).is_file()):
             raise LongctxError(f"{index} names {missing[0]}, which is not in {path}: copy the model's every shard.")
+    elif not (path / "model.safetensors").exists():
+        raise LongctxError(
+            f"{path} holds safetensors files but neither model.safetensors nor model.safetensors.index.json, the ones "
+            "transformers loads: save the model with save_pretrained."
+        )
     found = {}
-    for file in sorted(path.glob("*.safetensors")):
+    for file in sorted({path / n for n in mapped.values()} if mapped else [path / "model.safetensors"]):
         try:
             if not file.is_file():  # a FIFO would block the read
                 raise OSError("not a regular file")
             with safe_open(file, "pt") as weights:
                 here = {name: weights.get_slice(name) for name in weights.keys()}
                 here = {name: (tuple(s.get_shape()), s.get_dtype()) for name, s in here.items()}
+                small = file.stat().st_size <= READ_WHOLE_BYTES  # read whole here: a NaN would otherwise train unseen
+                floats = [n for n in here if here[n][1].startswith(("F", "BF"))]
+                bad = next((n for n in floats if not weights.get_tensor(n).isfinite().all()), None) if small else None
         except Exception as exc:  # safetensors' own error types
             raise LongctxError(f"{file} cannot be read as safetensors ({exc}); save the model again (save_pretrained).") from None
+        if bad:
+            raise LongctxError(f"{file}: {bad} holds NaN or infinite numbers: the model is damaged; save a sound one.")
         if wrong := [n for n in here if n in wanted and here[n][0] != wanted[n]]:
             raise LongctxError(
                 f"{file}: {wrong[0]} is {list(here[wrong[0]][0])}, but {path / 'config.json'} builds {list(wanted[wrong[0]])} "
@@ -220,7 +235,7 @@ def _check_weights(path: Path, state: tuple) -> None:
                 f"{file}: {whole[0]} holds {here[whole[0]][1]} numbers, not floating point: quantized weights are not "
                 "trained here. Give the model's bf16 or fp32 weights."
             )
-        found |= here
+        found |= {n: v for n, v in here.items() if not mapped or mapped.get(n) == file.name}  # where the index says
     names = {n for group in shared.values() for n in group}
     missing = [g[0] for g in shared.values() if not any(n in found for n in g)]
     missing += [n for n in wanted if n not in names and n not in found]  # persistent buffers
@@ -235,7 +250,7 @@ def check_tokenizer(path: Path) -> None:
     """Refuse a model folder whose tokenizer.json the tokenizers library cannot read, or which gives token ids past the
     vocabulary its config.json builds (the embedding would be indexed out of range, in the kernel)."""
     file = path / "tokenizer.json"
-    if file.exists():
+    if file.exists() or file.is_symlink():  # (a link to nothing is named too)
         _check_tokenizer(path, (file.stat().st_size, file.stat().st_mtime_ns) if file.is_file() else None)
 
 
@@ -246,7 +261,7 @@ def _check_tokenizer(path: Path, state: tuple | None) -> None:
     file = path / "tokenizer.json"
     try:
         if state is None:  # a FIFO would block the read
-            raise OSError("not a regular file")
+            raise OSError("a link to nothing" if not file.exists() else "not a regular file")
         size = Tokenizer.from_file(str(file)).get_vocab_size(with_added_tokens=True)
     except Exception as exc:  # the tokenizers library's own errors (Rust), or the file's
         why = " ".join(str(exc).split())[:160]
@@ -340,7 +355,7 @@ def config(spec: str, **overrides):
     twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
     try:
         if not path.exists():
-            check_fetchable([spec], "Reading the model's config")
+            check_fetchable({spec: "model"}, "Reading the model's config")
             settings = {}
             with contextlib.suppress(Exception):  # (what it cannot read, from_pretrained names below)
                 settings = PreTrainedConfig.get_config_dict(spec)[0]

@@ -3,6 +3,7 @@
 every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn part-way
 round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it."""
 
+import contextlib
 import functools
 import json
 import math
@@ -129,14 +130,23 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     # one pretrain at a time into a folder: filelock's OS lock, released even when its holder is killed; beside the
     # folder, which holds only the model's files (a lock inside would make a failed run's folder look taken)
     out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.with_name(f".{out.name}.pretrain.lock")
     try:
-        with FileLock(out.with_name(f".{out.name}.pretrain.lock"), timeout=0):
+        with FileLock(lock, timeout=0):
             claim(out)  # again, now that it is ours alone: a pretrain that ended meanwhile may have filled it
             return _train(model, dataset, p, options, before, trained, out, progress)
     except Timeout:
         raise LongctxError(
             f"Another pretrain is writing into {out}; wait for it to end, or give this one another --out."
         ) from None
+    except OSError as exc:
+        if exc.filename not in (str(lock), lock):
+            raise
+        raise LongctxError(f"{lock} cannot be pretrain's lock ({exc.strerror}): move it away.") from None
+    finally:  # the lock file is pretrain's own, beside the user's folder: gone when the run ends
+        with contextlib.suppress(OSError):
+            if not lock.is_symlink():
+                lock.unlink()
 
 
 def _train(model, dataset, p: dict, options: dict, before: dict | None, trained: int, out: Path, progress: bool) -> Path:
@@ -152,9 +162,11 @@ def _train(model, dataset, p: dict, options: dict, before: dict | None, trained:
         finite = all(w.isfinite().all() for w in model.parameters())  # a loss can look sane while weights overflow
         if not finite or not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
             # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
+            went = "its weights overflowed to NaN or infinity" if not finite else "a loss logged as 0.0 is a NaN step"
+            started = f" or train from another model than --init {p['init']}" if p["init"] else " or check --rope-theta"
             raise LongctxError(
-                f"Training diverged (logged losses {result.losses[:5]}…); nothing was written to "
-                f"{out}. Lower --learning-rate or check --rope-theta."
+                f"Training diverged (logged losses {result.losses[:5]}…: {went}); nothing was written to {out}. "
+                f"Lower --learning-rate{started}."
             )
         staged = Path(tmp) / "model"
         model.save_pretrained(staged, safe_serialization=True)

@@ -212,7 +212,7 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
 
 def _check_raised_length(notebook: str, size: str, params: dict) -> None:
     """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`: the parameters naming its model and
-    batch), raised past the size's own, is first estimated: the step the lessons start from (the plain loss,
+    batch), raised past the size's own or on another model, is first estimated: the step the lessons start from (the plain loss,
     checkpointing on) at it must fit this machine's available memory, or the kernel would be killed minutes in. Its
     time is not priced on a CPU: the run is told the limit it keeps."""
     if needs.of(notebook, size).gpus:
@@ -227,20 +227,25 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
         shown = (name, step.get("batch"))  # the length (a list: its longest) and the batch of the step
         before, now = ({n: max(v[n]) if isinstance(v[n], list) else v[n] for n in shown if n in v} for v in (own, values))
         was, given = (t[name] * t.get(step.get("batch"), 1) for t in (before, now))  # tokens a step
-        if given <= was:
+        model = values[step["model"]]
+        if given <= was and model == own[step["model"]]:
             continue
-        raised, need = ", ".join(f"{n}={v:,}" for n, v in now.items()), None
+        raised = ", ".join([f"{n}={v:,}" for n, v in now.items()] + [f"{step['model']}={model}"] * (model != own[step["model"]]))
+        need = None
         with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
             batch, dtype = now.get(step.get("batch"), 1), values.get("DTYPE", "fp32")
-            need = estimate(values[step["model"]], now[name], batch=batch, loss="plain", dtype=dtype, device="cpu")
+            need = estimate(model, now[name], batch=batch, loss="plain", dtype=dtype, device="cpu")
         if need and need.peak_bytes > (free := psutil.virtual_memory().available):
             raise LongctxError(
                 f"{notebook}: {raised} is more than this machine can step: the plain-loss step with checkpointing "
                 f"needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate --device cpu --loss plain`), "
-                f"and {free / 2**30:.1f} GiB is available. Use shorter lengths or a smaller batch, or a GPU size."
+                f"and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller batch or model, or a GPU size."
             )
-        print(f"{notebook}: {raised} is {given / was:g}× the {size} size's tokens a step; it may run past the size's "
-              "time limit (`longctx list` shows it; --timeout MINUTES gives it more).", file=sys.stderr)  # fmt: skip
+        more = (
+            f"is {given / was:g}× the {size} size's tokens a step" if given > was else f"is another model than the {size} size's"
+        )
+        print(f"{notebook}: {raised} {more}; it may run past the size's time limit (`longctx list` shows it; --timeout "
+              "MINUTES gives it more).", file=sys.stderr)  # fmt: skip
 
 
 def check_timeout(minutes) -> float | None:

@@ -96,10 +96,10 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
     from huggingface_hub import constants
 
     needs, run = of(notebook, size), f"{notebook} at size {size}"
-    ids = [v for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)]  # MODEL, DATASET, ...
+    ids = {v: "dataset" if k == "DATASET" else "model" for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)}
     if needs.accelerator != "none":
         _check_accelerator(needs, run, have or machine())
-    missing = check_fetchable([i for i in ids if HUB_ID.match(i) and not Path(i).exists()], run)
+    missing = check_fetchable({i: kind for i, kind in ids.items() if HUB_ID.match(i) and not Path(i).exists()}, run)
     if needs.hub and missing:
         (cache := Path(constants.HF_HUB_CACHE)).mkdir(parents=True, exist_ok=True)
         if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:

@@ -2,11 +2,11 @@
 from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
 site opens from disk (file://) as well as from any static web server."""
 
-import html
 import importlib.util
 import json
 import re
 import shutil
+from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -87,6 +87,13 @@ def _mkdocs(docs: Path, site: Path, size: str, nav: list, progress: bool) -> Non
         logger.setLevel(level)
 
 
+def _is_time(text: str) -> bool:
+    try:
+        return bool(datetime.fromisoformat(text))
+    except ValueError:
+        return False
+
+
 def _checked_run(name: str, executed: Path, size: str) -> Path:
     """A run the site can show: its executed notebook readable, its results.json naming the run. Refused by name
     otherwise, before anything is built."""
@@ -97,6 +104,10 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
     why = next((f"its results.json has no {k!r}" for k, kind in fields.items() if not isinstance(results.get(k), kind)), None)
     if why is None and results.get("notebook", name) != name:  # a lesson's run copied under another's name
         why = f"its results.json is of {results['notebook']}, not {name}"
+    if why is None and results["size"] != size:
+        why = f"its results.json is of a run at size {results['size']!r}, not {size!r}"
+    if why is None and not _is_time(results["finished"]):  # (shown on the page: text of that one form only)
+        why = f"its results.json's finished {results['finished']!r} is not a time"
     link = next((p.name for p in (executed, executed.parent / "results.json") if p.is_symlink()), None)
     if why is None and link:  # the site copies what it shows: never through a link to elsewhere
         why = f"{link} is a link"
@@ -104,11 +115,16 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
         why = f"{executed.name} is not a regular file"
     if why is None:
         try:
-            ran = nbformat.read(executed, as_version=4).metadata.get("papermill", {}).get("input_path") or ""
-            if Path(ran).stem != name:  # (a sweep's point runs a copy of the same name)
-                why = f"{executed.name} is a run of {Path(ran).name or 'no lesson longctx ran'}, not of {name}"
+            papermill = nbformat.read(executed, as_version=4).metadata.get("papermill", {})
         except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
-            why = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})"
+            why, papermill = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})", {}
+        ran, recorded = papermill.get("input_path") or "", results.get("params") or {}
+        if why is None and Path(ran).stem != name:  # (a sweep's point runs a copy of the same name)
+            why = f"{executed.name} is a run of {Path(ran).name or 'no lesson longctx ran'}, not of {name}"
+        given = papermill.get("parameters") or {}
+        if why is None and (other := [k for k, v in given.items() if k in recorded and recorded[k] != v]):
+            # the notebook and the results of two runs, side by side
+            why = f"{executed.name} ran with {other[0]}={given[other[0]]!r}, its results.json with {recorded[other[0]]!r}"
     if why:
         raise LongctxError(
             f"The run in {executed.parent} cannot be shown: {why}. Run the lesson again (`longctx run {name[:2]} "
@@ -136,6 +152,9 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
                 f"run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n[Source notebook]"
                 f"(../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
             )
+    if figures.is_symlink() or ((figures / "index.md").is_file() and not files.claimed(figures, "figures")):
+        raise LongctxError(f"{figures} is {'a link' if figures.is_symlink() else 'a folder'} that `longctx figures` did not "
+                           "write: move it away, or run `longctx figures` again. The site was not changed.")  # fmt: skip
     if (figures / "index.md").is_file():
         for f in (f for f in figures.iterdir() if f.suffix in (".md", ".png", ".svg")):
             if f.is_symlink() or not f.is_file():  # the site copies only what `longctx figures` wrote, never elsewhere
@@ -169,10 +188,11 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
 
     nb = nbformat.read(executed, as_version=4)
     results = json.loads((executed.parent / "results.json").read_text())
-    versions = html.escape(", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())), quote=False)
-    size, finished = (html.escape(results[k], quote=False) for k in ("size", "finished"))  # text, never markup
+    # shown as code, never as Markdown or HTML (a hand-edited field could carry a link or a script)
+    versions = "`" + ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())).replace("`", "'") + "`"
+    size, finished = results["size"], results["finished"]  # (checked: one of the sizes, a time)
     about = (
-        f"> **This run.** Size `{size}`, finished {finished}, in {results['seconds']:.0f} s; "
+        f"> **This run.** Size `{size}`, finished `{finished}`, in {results['seconds']:.0f} s; "
         f"{versions}. [Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself "
         f"with `longctx run {name[:2]} --size {size}`."
     )
