@@ -638,6 +638,10 @@ def test_a_forgotten_array_has_no_live_tasks_and_a_live_one_holds_every_executor
         with pytest.raises(LongctxError, match="SLURM job array 65 of this sweep still has 1 task"):
             sweep.run(sw, executor=executor, progress=False)
     assert not (out / "points").exists()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho 'Unable to contact slurm controller' >&2\nexit 1\n")
+    _fake(tmp_path, monkeypatch, sacct="")  # another machine's SLURM, or none that answers: the way out is named
+    with pytest.raises(LongctxError, match=rf"submitted job array 65 \({out / slurm.RECORD}\); if it has ended, remove"):
+        sweep.run(sw, executor="local", progress=False)
 
 
 def test_an_unknown_qos_is_refused_from_what_sacctmgr_lists(tmp_path, monkeypatch):
@@ -647,3 +651,16 @@ def test_an_unknown_qos_is_refused_from_what_sacctmgr_lists(tmp_path, monkeypatc
     slurm.check({"qos": "high"})
     with pytest.raises(LongctxError, match="SLURM has no QOS 'platinum': sacctmgr lists high, normal"):
         slurm.check({"qos": "platinum"})
+
+
+def test_a_slurm_sweep_whose_points_are_all_done_writes_its_table_and_submits_nothing(tmp_path, monkeypatch):
+    _fake(tmp_path, monkeypatch, sinfo="debug*|(null)|up", squeue="", sacct="")
+    (tmp_path / "bin" / "sbatch").write_text('#!/bin/sh\necho submitted >> "$0.log"\nexit 1\n')
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
+    files.claim_folder(sw.out, "sweep")
+    point = sw.points()[0]
+    sw.folder(point).mkdir(parents=True)
+    (sw.folder(point) / "point.json").write_text(json.dumps({"status": "ok", "key": sw.key(point), "results": {"t": 1}}))
+    table = sweep.run(sw, executor="slurm", progress=False)
+    assert list(csv.DictReader(table.open()))[0]["status"] == "ok"
+    assert not (tmp_path / "bin" / "sbatch.log").exists()

@@ -78,7 +78,13 @@ def still_running(out: Path) -> None:
     last = (files.json_object(out / RECORD) or {}).get("array")
     if isinstance(last, str) and shutil.which("squeue") is None:
         return  # submitted elsewhere (a login node): this machine cannot ask
-    if isinstance(last, str) and (live := [s for s, _ in states(last).values() if s in QUEUED or s == "RUNNING"]):
+    try:
+        known = states(last) if isinstance(last, str) else {}
+    except LongctxError as exc:  # SLURM cannot tell here whether that array lives
+        raise LongctxError(
+            f"{exc} This sweep submitted job array {last} ({out / RECORD}); if it has ended, remove that file and run again here."
+        ) from None
+    if live := [s for s, _ in known.values() if s in QUEUED or s == "RUNNING"]:
         raise LongctxError(
             f"SLURM job array {last} of this sweep still has {len(live)} task(s) queued or running: wait for them "
             f"(finished points are reused), or `scancel {last}`; then run the same command again. Nothing was submitted."

@@ -307,7 +307,8 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
         children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), **bar))
     elif executor == "slurm":
-        _on_the_cluster(sweep, slurm, calls, bar)
+        if calls:  # (every point done: only the table is written again)
+            _on_the_cluster(sweep, slurm, calls, bar)
     else:  # submitit's rehearsal on this machine, as many points at once as it has cores
         import submitit
         from submitit.core.utils import UncompletedJobError
