@@ -656,6 +656,7 @@ def test_an_unknown_qos_is_refused_from_what_sacctmgr_lists(tmp_path, monkeypatc
 def test_a_slurm_sweep_whose_points_are_all_done_writes_its_table_and_submits_nothing(tmp_path, monkeypatch):
     _fake(tmp_path, monkeypatch, sinfo="debug*|(null)|up", squeue="", sacct="")
     (tmp_path / "bin" / "sbatch").write_text('#!/bin/sh\necho submitted >> "$0.log"\nexit 1\n')
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
     files.claim_folder(sw.out, "sweep")
     point = sw.points()[0]
