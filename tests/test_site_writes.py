@@ -132,7 +132,9 @@ def test_a_run_in_the_build_folder_too_damaged_to_show_is_refused_not_shown_as_n
     assert not (tmp_path / "site").exists()
 
 
-@pytest.mark.parametrize("damage", ["another-lessons-notebook", "another-runs-notebook", "another-size", "linked-notebook"])
+@pytest.mark.parametrize(
+    "damage", ["another-lessons-notebook", "another-runs-notebook", "another-size", "nan-seconds", "linked-notebook"]
+)
 def test_a_run_whose_notebook_is_not_that_lessons_own_is_refused(tmp_path, run, damage):
     results = json.loads((run.parent / "results.json").read_text())
     if damage == "another-runs-notebook":  # the executed notebook of a run with other parameters, beside these results
@@ -141,6 +143,9 @@ def test_a_run_whose_notebook_is_not_that_lessons_own_is_refused(tmp_path, run, 
         nbformat.write(nb, run)
         (run.parent / "results.json").write_text(json.dumps({**results, "params": {"SEQ_LEN": 2048}}))
         why = "ran with SEQ_LEN=64, its results.json with 2048"
+    elif damage == "nan-seconds":  # a hand-edited results.json: "in nan s" on the page
+        (run.parent / "results.json").write_text(json.dumps({**results, "seconds": float("nan")}))
+        why = "its results.json's seconds nan is not a duration"
     elif damage == "another-size":
         (run.parent / "results.json").write_text(json.dumps({**results, "size": "cpu"}))
         why = "its results.json is of a run at size 'cpu', not 'ci'"

@@ -531,6 +531,8 @@ def test_a_metric_the_lesson_never_records_is_refused_before_any_point(tmp_path)
         sweep.run(sw, metric="tme", progress=False)
     with pytest.raises(LongctxError, match="--metric is empty"):  # it would silently mean no plot
         sweep.run(sw, metric=" ", progress=False)
+    with pytest.raises(LongctxError, match="has an empty part between dots"):
+        sweep.run(sw, metric="measured..peak_gib", progress=False)
     assert not (tmp_path / "sw").exists()
     # the keys of a dict written out in the lesson and passed as **values count; a computed one leaves it to the points
     code = 'values = {"peak": 1}\nsession.record(**values, time=2)'

@@ -4,6 +4,7 @@ site opens from disk (file://) as well as from any static web server."""
 
 import importlib.util
 import json
+import math
 import re
 import shutil
 from datetime import datetime
@@ -106,6 +107,8 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
         why = f"its results.json is of {results['notebook']}, not {name}"
     if why is None and results["size"] != size:
         why = f"its results.json is of a run at size {results['size']!r}, not {size!r}"
+    if why is None and not (math.isfinite(results["seconds"]) and results["seconds"] >= 0):
+        why = f"its results.json's seconds {results['seconds']!r} is not a duration"
     if why is None and not _is_time(results["finished"]):  # (shown on the page: text of that one form only)
         why = f"its results.json's finished {results['finished']!r} is not a time"
     link = next((p.name for p in (executed, executed.parent / "results.json") if p.is_symlink()), None)

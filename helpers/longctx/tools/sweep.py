@@ -412,6 +412,8 @@ def _check_recorded(metric: str | None, sweep: Sweep) -> None:
     """Refuse, before any point runs, a metric the notebook never records (read from its code)."""
     if metric is not None and not metric.strip():  # it would silently mean no plot
         raise LongctxError("--metric is empty: name a result to plot (a column of sweep.csv), or leave --metric out.")
+    if metric and "" in metric.split("."):  # the table's columns are name.key.key: never an empty part
+        raise LongctxError(f"--metric {metric!r} has an empty part between dots: name a column of sweep.csv (name.key).")
     names = _recorded(sweep._notebook) if metric else None
     if names is not None and metric.split(".")[0] not in names:
         close = difflib.get_close_matches(metric.split(".")[0], names, n=1)
