@@ -241,15 +241,15 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
 
 
-def test_a_hidden_file_beside_the_books_is_not_a_book():
-    corpus = data.data_dir() / "corpus"
+def test_a_hidden_file_or_a_folder_beside_the_books_is_not_a_book(data_copy):
+    corpus = data.data_dir() / "corpus"  # (the copy's: the user's data/ is never written by a test)
     before = [b.name for b in data.books("train")]
-    hidden = corpus / ".notes.txt"  # an editor's swap or a user's note: verify leaves hidden files alone
-    hidden.write_text("not a book")
-    try:
-        assert [b.name for b in data.books("train")] == before
-    finally:
-        hidden.unlink()
+    (corpus / ".notes.txt").write_text("not a book")  # an editor's swap or a user's note: verify leaves hidden files alone
+    assert [b.name for b in data.books("train")] == before
+    assert data.verify() == []
+    (corpus / "aaa_notes.txt").mkdir()  # a folder named like a book: not read as one, and named by verify
+    assert [b.name for b in data.books("train")] == before
+    assert data.verify() == ["corpus/aaa_notes.txt: not written by longctx (move it away)"]
 
 
 def test_a_download_onto_a_full_disk_is_named_and_leaves_no_cut_archive(tmp_path, monkeypatch):
