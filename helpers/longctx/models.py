@@ -171,11 +171,12 @@ def has_weights(path: Path) -> bool:
 
 
 def check_weights(path: Path) -> None:
-    """Refuse, reading no weight, a model folder whose weights transformers would load wrongly or stop loading
-    half-way, in the kernel: a safetensors file that is not one (or a link to nothing), a tensor of another shape than
-    its config.json builds, integer (quantized) tensors, a tensor the model needs that no file holds (transformers
-    would leave it random), a shard the index names that is missing. Checked once per state of the folder's files (a
-    sweep checks every point's parameters)."""
+    """Refuse, reading the headers (and the numbers of files up to READ_WHOLE_BYTES), a model folder whose weights
+    transformers would load wrongly or stop loading half-way, in the kernel: a safetensors file that is not one (or a
+    link to nothing), a tensor of another shape than its config.json builds, integer (quantized) tensors, a weight
+    the model needs that no file it reads holds (transformers would leave it random), a shard the index names that
+    is missing, NaN or infinite numbers. Checked once per state of the folder's files (a sweep checks every point's
+    parameters)."""
     files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.name.endswith((".safetensors", ".index.json")))
     if broken := [p for p in files if not p.exists()]:  # a link to nothing
         raise LongctxError(f"{broken[0]} is a link to nothing; save the model again (save_pretrained).")
@@ -236,9 +237,7 @@ def _check_weights(path: Path, state: tuple) -> None:
                 "trained here. Give the model's bf16 or fp32 weights."
             )
         found |= {n: v for n, v in here.items() if not mapped or mapped.get(n) == file.name}  # where the index says
-    names = {n for group in shared.values() for n in group}
-    missing = [g[0] for g in shared.values() if not any(n in found for n in g)]
-    missing += [n for n in wanted if n not in names and n not in found]  # persistent buffers
+    missing = [g[0] for g in shared.values() if not any(n in found for n in g)]  # (buffers: a model recomputes them)
     if missing:
         raise LongctxError(
             f"{path}'s safetensors hold no {missing[0]} ({len(missing)} tensor(s) missing): transformers would start "

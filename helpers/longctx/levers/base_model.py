@@ -130,23 +130,22 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     # one pretrain at a time into a folder: filelock's OS lock, released even when its holder is killed; beside the
     # folder, which holds only the model's files (a lock inside would make a failed run's folder look taken)
     out.parent.mkdir(parents=True, exist_ok=True)
-    lock = out.with_name(f".{out.name}.pretrain.lock")
+    lock, held = out.with_name(f".{out.name}.pretrain.lock"), None
     try:
-        with FileLock(lock, timeout=0):
-            claim(out)  # again, now that it is ours alone: a pretrain that ended meanwhile may have filled it
-            return _train(model, dataset, p, options, before, trained, out, progress)
+        (held := FileLock(lock, timeout=0)).acquire()
     except Timeout:
         raise LongctxError(
             f"Another pretrain is writing into {out}; wait for it to end, or give this one another --out."
         ) from None
-    except OSError as exc:
-        if exc.filename not in (str(lock), lock):
-            raise
+    except OSError as exc:  # (a link there: filelock never opens through one)
         raise LongctxError(f"{lock} cannot be pretrain's lock ({exc.strerror}): move it away.") from None
-    finally:  # the lock file is pretrain's own, beside the user's folder: gone when the run ends
+    try:
+        claim(out)  # again, now that it is ours alone: a pretrain that ended meanwhile may have filled it
+        return _train(model, dataset, p, options, before, trained, out, progress)
+    finally:  # the lock file is pretrain's own, beside the user's folder: gone when its run ends
+        held.release()
         with contextlib.suppress(OSError):
-            if not lock.is_symlink():
-                lock.unlink()
+            lock.unlink()
 
 
 def _train(model, dataset, p: dict, options: dict, before: dict | None, trained: int, out: Path, progress: bool) -> Path:
