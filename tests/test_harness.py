@@ -968,32 +968,6 @@ def test_a_local_folder_named_like_a_hub_id_is_said_to_be_the_folder(tmp_path, m
     assert f"note: Qwen/Qwen3-4B is the folder {tmp_path / 'Qwen' / 'Qwen3-4B'} here" in capsys.readouterr().err
 
 
-def test_with_jobs_a_nested_metric_is_checked_on_one_point_before_the_others_start(tmp_path, monkeypatch):
-    import json
-    import os
-
-    from longctx import children
-    from longctx.tools import sweep
-
-    if (os.cpu_count() or 1) < 2:
-        pytest.skip("--jobs 2 needs 2 CPU cores")
-    ran = []
-
-    def one_point(source, size, params, folder, *rest):  # the point's record as a finished run leaves it
-        ran.append(folder)
-        Path(folder).mkdir(parents=True)
-        record = {"status": "ok", "key": rest[1], "results": {"measured": {"chunked": {"peak_gib": 1.0}}}}
-        (Path(folder) / "point.json").write_text(json.dumps(record))
-        return record
-
-    monkeypatch.setattr(sweep, "run_point", one_point)
-    monkeypatch.setattr(children, "pool_map", lambda *a: pytest.fail("the other points started"))
-    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512, 1024]}, out=tmp_path / "sw")
-    with pytest.raises(LongctxError, match=r"'measured\.chunkd\.peak_gib' was not reported"):
-        sweep.run(sw, jobs=2, metric="measured.chunkd.peak_gib", progress=False)
-    assert len(ran) == 1
-
-
 def test_a_diverged_pretrain_says_what_went_wrong_and_writes_nothing(tmp_path, monkeypatch):
     from types import SimpleNamespace
 

@@ -302,8 +302,6 @@ def _run_locked(sweep: Sweep, executor: str, jobs: int, slurm: dict, metric: str
         for call in tqdm(calls, **bar):
             _check_metric(metric, sweep, [run_point(*call)])
     elif executor == "local":
-        if metric and calls and not any(_read_record(sweep.folder(p)).get("status") == "ok" for p in sweep.points()):
-            _check_metric(metric, sweep, [run_point(*calls.pop(0))])  # what a metric names is known once one has run
         # Ctrl-C stops the workers and their kernels at once; their points leave only temporaries
         children.pool_map(_run_call, calls, jobs, tqdm(total=len(calls), **bar))
     elif executor == "slurm":
