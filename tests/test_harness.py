@@ -934,6 +934,41 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
         harness._checked(notebook, "ci", {"CHECK_LEN": longer})
 
 
+def test_a_derived_length_a_probe_and_a_widened_model_are_estimated_too(monkeypatch, capsys):
+    """Lesson 02 fine-tunes at MULTIPLE × the miniature's trained length and its probe at its longest length; lesson 07
+    widens its preset's MLP: each step is estimated as the lesson would take it."""
+    import psutil
+
+    from longctx import models
+    from longctx.levers.base_model import trained_length
+    from longctx.memory.estimate import estimate
+
+    memory = psutil.virtual_memory()
+
+    def refused_at(need, notebook, values, match):
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
+        with pytest.raises(LongctxError, match=match):
+            harness._checked(harness.resolve(notebook), "ci", values)
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes))
+        harness._checked(harness.resolve(notebook), "ci", values)  # the step fits: the run goes on, told so
+
+    yarn = {**harness.declared_parameters(harness.resolve("02")), **harness.size_params(harness.resolve("02"), "ci")}
+    wanted = 64 * trained_length(harness.miniature("base"))
+    need = estimate(str(harness.miniature("base")), wanted, batch=yarn["FT_WINDOWS"], loss="plain", dtype="fp32", device="cpu")
+    refused_at(need, "02", {"MULTIPLE": 64}, rf"MULTIPLE=64 .* on {yarn['FT_WINDOWS']} × {wanted:,} tokens")
+    probe = estimate(
+        str(harness.miniature("retrieval")), 8192, batch=yarn["PROBE_FT_BATCH"], loss="plain", dtype="fp32", device="cpu"
+    )
+    refused_at(probe, "02", {"PROBE_LENGTHS": [96, 8192]}, r"PROBE_LENGTHS=\[96, 8192\] is more than this machine can step")
+    tiled = {**harness.declared_parameters(harness.resolve("07")), **harness.size_params(harness.resolve("07"), "ci")}
+    wide = models.config(tiled["MODEL"], intermediate_size=65536)
+    need = estimate(
+        wide, max(tiled["CPU_LENGTHS"] + [tiled["SEQ_LEN"], tiled["ATTN_LEN"]]), loss="plain", dtype="fp32", device="cpu"
+    )
+    refused_at(need, "07", {"MLP_WIDTH": 65536}, "MLP_WIDTH=65,536 is more than this machine can step")
+    assert capsys.readouterr().err.count("MLP_WIDTH=65,536 is another model") == 1  # three lengths, one model: said once
+
+
 def test_a_value_starting_with_a_dash_is_shown_joined_to_its_flag(capsys):
     with pytest.raises(SystemExit):  # argparse reads `-4k` as a flag of its own
         main(["estimate", "--model", "tiny", "--seq-len", "-4k"])

@@ -210,42 +210,62 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
     return params
 
 
+def _cpu_step(step: dict, name: str, values: dict) -> tuple[int, int, str, dict]:
+    """(length, batch, model, config changes) of the real CPU step that `x-cpu-step` describes for the length parameter
+    `name` (a list: its longest): `batch` names the batch's parameter; `trained` makes the length that many times the
+    model's trained length (a miniature's manifest, else the parameter named); `preset_config` maps config
+    fields to parameters, applied as the lessons apply them: to a preset, when not 0."""
+    length = max(values[name]) if isinstance(values[name], list) else values[name]
+    model = values[step["model"]]
+    if trained := step.get("trained"):
+        length *= manifest(miniature(model))["trained_length"] if model in MINIATURES else values[trained]
+    changes = {field: values[p] for field, p in step.get("preset_config", {}).items() if values[p] and model in PRESETS}
+    return length, values.get(step.get("batch"), 1), model, changes
+
+
 def _check_raised_length(notebook: str, size: str, params: dict) -> None:
-    """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`: the parameters naming its model and
-    batch), raised past the size's own or on another model, is first estimated: the step the lessons start from (the plain loss,
-    checkpointing on) at it must fit this machine's available memory, or the kernel would be killed minutes in. Its
-    time is not priced on a CPU: the run is told the limit it keeps."""
+    """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`), made longer or larger than the
+    size's own, or run on another model or config, is first estimated: the step the lessons start from (the plain loss,
+    checkpointing on) must fit this machine's available memory, or the kernel would be killed minutes in. Its time is not
+    priced on a CPU: the run is told the limit it keeps."""
     if needs.of(notebook, size).gpus:
         return
+    from longctx import models
     from longctx.memory.estimate import estimate
 
-    path = resolve(notebook)
+    path, said = resolve(notebook), set()  # several lengths of one changed model: said once
     own, values = {**declared_parameters(path), **size_params(path, size)}, {**declared_parameters(path), **params}
     for name, prop in schema.schema(notebook)["properties"].items():
         if not (step := prop.get("x-cpu-step")):
             continue
-        shown = (name, step.get("batch"))  # the length (a list: its longest) and the batch of the step
-        before, now = ({n: max(v[n]) if isinstance(v[n], list) else v[n] for n in shown if n in v} for v in (own, values))
-        was, given = (t[name] * t.get(step.get("batch"), 1) for t in (before, now))  # tokens a step
-        model = values[step["model"]]
-        if given <= was and model == own[step["model"]]:
+        (was, was_batch, *was_model), (length, batch, *model) = (_cpu_step(step, name, v) for v in (own, values))
+        if length * batch <= was * was_batch and model == was_model:
             continue
-        raised = ", ".join([f"{n}={v:,}" for n, v in now.items()] + [f"{step['model']}={model}"] * (model != own[step["model"]]))
+        changed = [n for n in (name, step.get("batch"), step.get("trained"), *step.get("preset_config", {}).values(),
+                               step["model"]) if n and own.get(n) != values.get(n)]  # fmt: skip
+        raised = ", ".join(f"{n}={values[n]:,}" if type(values[n]) is int else f"{n}={values[n]}" for n in changed)
         need = None
         with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
-            batch, dtype = now.get(step.get("batch"), 1), values.get("DTYPE", "fp32")
-            need = estimate(model, now[name], batch=batch, loss="plain", dtype=dtype, device="cpu")
+            spec, changes = model
+            spec = str(miniature(spec)) if spec in MINIATURES else spec
+            cfg = models.config(spec, **changes) if changes else spec
+            need = estimate(cfg, length, batch=batch, loss="plain", dtype=values.get("DTYPE", "fp32"), device="cpu")
         if need and need.peak_bytes > (free := psutil.virtual_memory().available):
             raise LongctxError(
-                f"{notebook}: {raised} is more than this machine can step: the plain-loss step with checkpointing "
-                f"needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate --device cpu --loss plain`), "
-                f"and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller batch or model, or a GPU size."
+                f"{notebook}: {raised} is more than this machine can step: the plain-loss step with checkpointing on "
+                f"{batch:,} × {length:,} tokens needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate "
+                f"--device cpu --loss plain`), and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller "
+                "batch or model, or a GPU size."
             )
         more = (
-            f"is {given / was:g}× the {size} size's tokens a step" if given > was else f"is another model than the {size} size's"
+            f"is {length * batch / (was * was_batch):.3g}× the {size} size's tokens a step"
+            if length * batch > was * was_batch
+            else f"is another model than the {size} size's"
         )
-        print(f"{notebook}: {raised} {more}; it may run past the size's time limit (`longctx list` shows it; --timeout "
-              "MINUTES gives it more).", file=sys.stderr)  # fmt: skip
+        if (told := f"{notebook}: {raised} {more}") not in said:
+            said.add(told)
+            print(f"{told}; it may run past the size's time limit (`longctx list` shows it; --timeout MINUTES gives it "
+                  "more).", file=sys.stderr)  # fmt: skip
 
 
 def check_timeout(minutes) -> float | None:

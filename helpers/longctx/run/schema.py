@@ -103,7 +103,7 @@ KEYWORDS = {
     if v in (None, "auto") or type(v) is int and v > 0
     else 'must be null, "auto" or a positive whole number',
     "x-power-of-two": lambda v, _: None if is_power_of_two(v) else "must be a power of two (1, 2, 4, 8, ...)",
-    "x-cpu-step": lambda v, _: None,  # a length of a real CPU step, and its model and batch: run.harness estimates it
+    "x-cpu-step": lambda v, _: None,  # a length of a real CPU step, its model and batch: run.harness._cpu_step reads it
 }
 
 
