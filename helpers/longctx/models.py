@@ -177,9 +177,8 @@ def check_weights(path: Path) -> None:
     the model needs that no file it reads holds (transformers would leave it random), a shard the index names that
     is missing, NaN or infinite numbers. Checked once per state of the folder's files (a sweep checks every point's
     parameters)."""
+    check_entries(path)
     files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.name.endswith((".safetensors", ".index.json")))
-    if broken := [p for p in files if not p.exists()]:  # a link to nothing
-        raise LongctxError(f"{broken[0]} is a link to nothing; save the model again (save_pretrained).")
     _check_weights(path, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
 
 
@@ -245,31 +244,58 @@ def _check_weights(path: Path, state: tuple) -> None:
         )
 
 
+def check_entries(path: Path) -> None:
+    """Refuse a model folder holding a link to nothing, a FIFO or a device: a reader of its files would fail on it, or
+    wait on it for ever."""
+    if odd := next((p for p in sorted(path.iterdir()) if not (p.is_file() or p.is_dir())), None):
+        why = "a link to nothing" if not odd.exists() else "not a regular file"
+        raise LongctxError(f"{odd} is {why}; a model folder holds what save_pretrained wrote: restore it, or remove it.")
+
+
 def check_tokenizer(path: Path) -> None:
-    """Refuse a model folder whose tokenizer.json the tokenizers library cannot read, or which gives token ids past the
-    vocabulary its config.json builds (the embedding would be indexed out of range, in the kernel)."""
-    file = path / "tokenizer.json"
-    if file.exists() or file.is_symlink():  # (a link to nothing is named too)
-        _check_tokenizer(path, (file.stat().st_size, file.stat().st_mtime_ns) if file.is_file() else None)
+    """Refuse a model folder whose tokenizer the lessons cannot load as they load it (`AutoTokenizer.from_pretrained`):
+    none there, a tokenizer.json the tokenizers library cannot read, or one giving token ids past the vocabulary its
+    config.json builds (the embedding would be indexed out of range, in the kernel)."""
+    check_entries(path)
+    _check_tokenizer(path, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()) if p.is_file()))
 
 
 @lru_cache(maxsize=32)
-def _check_tokenizer(path: Path, state: tuple | None) -> None:
+def _check_tokenizer(path: Path, state: tuple) -> None:
     from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
 
     file = path / "tokenizer.json"
     try:
-        if state is None:  # a FIFO would block the read
-            raise OSError("a link to nothing" if not file.exists() else "not a regular file")
-        size = Tokenizer.from_file(str(file)).get_vocab_size(with_added_tokens=True)
+        if file.exists():  # the tokenizers library names what is wrong with it; transformers' wrapper would not
+            Tokenizer.from_file(str(file))
     except Exception as exc:  # the tokenizers library's own errors (Rust), or the file's
         why = " ".join(str(exc).split())[:160]
         raise LongctxError(f"{file} cannot be read as a tokenizer ({why}): restore it, or save the tokenizer again.") from None
-    vocabulary = getattr(config(str(path)).get_text_config(), "vocab_size", None) if is_local_config(path) else None
+    try:
+        tok = from_pretrained(AutoTokenizer, str(path))
+    except LongctxError:
+        raise
+    except Exception as exc:  # transformers' own word for what it lacks
+        why = " ".join(str(exc).split())[:200]
+        raise LongctxError(
+            f"{path} holds no tokenizer transformers can load ({type(exc).__name__}: {why}). Save the model's tokenizer "
+            "beside it (tokenizer.save_pretrained(folder)): the lessons read text through it."
+        ) from None
+    if not any((path / name).is_file() for name in tok.vocab_files_names.values()):  # transformers built an empty one
+        raise LongctxError(
+            f"{path} holds no tokenizer: {type(tok).__name__} reads its vocabulary from "
+            f"{', '.join(tok.vocab_files_names.values())}, and none is there. Save the model's tokenizer beside it "
+            "(tokenizer.save_pretrained(folder)): the lessons read text through it."
+        )
+    size, vocabulary = (
+        len(tok),
+        getattr(config(str(path)).get_text_config(), "vocab_size", None) if is_local_config(path) else None,
+    )
     if isinstance(vocabulary, int) and size > vocabulary:
         raise LongctxError(
-            f"{file} has {size:,} tokens, but {path / 'config.json'} builds a vocabulary of {vocabulary:,}: ids past it "
-            "would index the embedding out of range. The tokenizer is another model's, or the config is."
+            f"{path} has a tokenizer of {size:,} tokens, but {path / 'config.json'} builds a vocabulary of {vocabulary:,}: "
+            "ids past it would index the embedding out of range. The tokenizer is another model's, or the config is."
         )
 
 

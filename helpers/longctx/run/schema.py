@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, check_tokenizer, check_weights, has_weights, is_local_config
+from longctx.models import PRESETS, check_entries, check_tokenizer, check_weights, has_weights, is_local_config
 from longctx.paths import MINIATURES, schema_file, user_path
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
@@ -50,19 +50,24 @@ def _weights(value, context):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
             if (path := user_path(value, "The model")).is_dir():
                 try:
-                    check_tokenizer(path)
+                    check_entries(path)
                 except LongctxError as exc:
-                    return f"holds a tokenizer it cannot use: {str(exc).rstrip('.')}"
-            if has_weights(path) and is_local_config(path):
-                try:
-                    check_weights(path)
-                except LongctxError as exc:  # the whole message: which file and tensor, and what to do
-                    return f"holds weights it cannot load: {str(exc).rstrip('.')}"
+                    return f"cannot be read: {str(exc).rstrip('.')}"
             if is_local_config(path) and not has_weights(path):
                 return (
                     "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
                     "a config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"
                 )
+            if has_weights(path) and is_local_config(path):
+                try:
+                    check_weights(path)
+                except LongctxError as exc:  # the whole message: which file and tensor, and what to do
+                    return f"holds weights it cannot load: {str(exc).rstrip('.')}"
+            if path.is_dir():
+                try:
+                    check_tokenizer(path)
+                except LongctxError as exc:
+                    return f"holds a tokenizer it cannot use: {str(exc).rstrip('.')}"
 
 
 def _config(value, context):
