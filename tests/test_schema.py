@@ -118,6 +118,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "missing-shard",
         "dangling-link",
         "nan",
+        "huge",
         "tokenizer-{}",
         "tokenizer-link",
         "no-tokenizer",
@@ -145,6 +146,9 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "nan":  # it would train on NaN
         save_file({**weights, first: weights[first] * float("nan")}, file)
         why = rf"{first} holds NaN or infinite numbers"
+    elif damage == "huge":  # finite, but a step overflows: it would train on NaN
+        save_file({k: torch.full_like(v, 3e37) for k, v in weights.items()}, file)
+        why = r"one training step on 16 tokens gives an infinite or NaN gradient, though every weight is finite: .* 3e\+37"
     elif damage == "missing-shard":
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {first: "model-2-of-2.safetensors"}}))
         why = "names model-2-of-2.safetensors, which is not in"

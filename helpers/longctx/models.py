@@ -242,6 +242,28 @@ def _check_weights(path: Path, state: tuple) -> None:
             f"{path}'s safetensors hold no {missing[0]} ({len(missing)} tensor(s) missing): transformers would start "
             "them from random numbers. Save the whole model (save_pretrained)."
         )
+    if sum(f.stat().st_size for f in path.glob("*.safetensors")) <= READ_WHOLE_BYTES:
+        _check_forward(path)
+
+
+def _check_forward(path: Path, tokens: int = 16) -> None:
+    """Refuse weights that are finite but overflow: the model, loaded as the lessons load it, must give a finite loss
+    and finite gradients on one step of a few tokens (in fp32, whose range bf16 shares)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    net = from_pretrained(AutoModelForCausalLM, str(path), dtype=torch.float32)
+    ids = torch.arange(tokens)[None] % net.get_input_embeddings().num_embeddings
+    loss = net(input_ids=ids, labels=ids).loss
+    loss.backward()
+    if not (loss.isfinite() and all(p.grad.isfinite().all() for p in net.parameters() if p.grad is not None)):
+        name, weight = max(net.named_parameters(), key=lambda p: p[1].detach().abs().max())
+        what, largest = "gradient" if loss.isfinite() else "loss", weight.detach().abs().max().item()
+        raise LongctxError(
+            f"{path}: one training step on {tokens} tokens gives an infinite or NaN {what}, though every weight is finite: "
+            f"they are too large ({name} holds {largest:.3g}) "
+            "and overflow. The model is damaged; save a sound one."
+        )
 
 
 def check_entries(path: Path) -> None:

@@ -62,7 +62,7 @@ def _weights(value, context):
                 try:
                     check_weights(path)
                 except LongctxError as exc:  # the whole message: which file and tensor, and what to do
-                    return f"holds weights it cannot load: {str(exc).rstrip('.')}"
+                    return f"holds weights it cannot use: {str(exc).rstrip('.')}"
             if path.is_dir():
                 try:
                     check_tokenizer(path)
