@@ -525,7 +525,7 @@ def test_a_metric_is_checked_against_the_flattened_names_the_table_shows(tmp_pat
         sweep._check_metric("note", sw, done)
 
 
-def test_a_metric_the_lesson_never_records_is_refused_before_any_point(tmp_path):
+def test_a_metric_the_lesson_never_records_is_refused_before_any_point(tmp_path, capsys):
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, out=tmp_path / "sw")
     with pytest.raises(LongctxError, match=r"01_chunked_loss records no result 'tme' \(did you mean 'time'\?\)"):
         sweep.run(sw, metric="tme", progress=False)
@@ -534,6 +534,8 @@ def test_a_metric_the_lesson_never_records_is_refused_before_any_point(tmp_path)
     with pytest.raises(LongctxError, match="has an empty part between dots"):
         sweep.run(sw, metric="measured..peak_gib", progress=False)
     assert not (tmp_path / "sw").exists()
+    sweep._check_recorded("measured.chunked.peak_gib.extra", sw)  # the keys under a name are made as the lesson runs
+    assert "so 'chunked.peak_gib.extra' is checked when the first point finishes" in capsys.readouterr().err
     # the keys of a dict written out in the lesson and passed as **values count; a computed one leaves it to the points
     code = 'values = {"peak": 1}\nsession.record(**values, time=2)'
     assert sweep._recorded(nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])).encode()) == {

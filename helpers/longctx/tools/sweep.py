@@ -18,6 +18,7 @@ import platform
 import shutil
 import signal
 import socket
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -419,6 +420,10 @@ def _check_recorded(metric: str | None, sweep: Sweep) -> None:
             f"{sweep.notebook} records no result {metric!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
             + f": its results are {', '.join(sorted(names))} (nested ones as name.key, the columns of sweep.csv)."
         )  # fmt: skip
+    if names is not None and "." in metric:  # said at the start, since a wrong rest can only be refused then
+        top, rest = metric.split(".", 1)
+        print(f"--metric {metric!r}: {sweep.notebook} records {top!r}, whose keys it makes as it runs, so {rest!r} is "
+              "checked when the first point finishes (the points done are kept).", file=sys.stderr)  # fmt: skip
 
 
 def _check_metric(metric: str | None, sweep: Sweep, records: list[dict] | None = None) -> None:
