@@ -696,6 +696,16 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         (lambda t, m: ["estimate", "--model", _folder(t, "empty"), "--seq-len", "1k"], "has no config.json"),
         (lambda t, m: ["estimate", "--model", _write(t, "list.json", "[1, 2]"), "--seq-len", "1k"], "holds a JSON list, not an"),
         (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576: over"),
+        (
+            lambda t, m: [
+                "estimate",
+                "--model",
+                _write(t, "mm.json", '{"model_type": "qwen3", "text_config": {}}'),
+                "--seq-len",
+                "1k",
+            ],
+            "text_config is a plain set of settings: a qwen3 config is no multimodal one",
+        ),
         (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "64", "--gpus", "64"], "use at most 32 ranks"),
         (
             lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "1M", "--gpus", "1048576"],
@@ -714,6 +724,7 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         "model-folder-without-config",
         "config-that-is-a-list",
         "config-wider-than-any-model",
+        "text-config-its-family-lacks",
         "more-cp-ranks-than-tokens",
         "more-cp-ranks-than-an-estimate-traces",
         "config-that-is-a-device",

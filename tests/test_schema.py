@@ -116,6 +116,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "missing-tensor",
         "stray-file",
         "missing-shard",
+        "index-a-list",
         "dangling-link",
         "nan",
         "huge",
@@ -152,6 +153,9 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "missing-shard":
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {first: "model-2-of-2.safetensors"}}))
         why = "names model-2-of-2.safetensors, which is not in"
+    elif damage == "index-a-list":
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": [first]}))
+        why = "model.safetensors.index.json does not map tensor names to shard files"
     elif damage == "dangling-link":
         file.unlink()
         file.symlink_to(tmp_path / "gone.safetensors")

@@ -82,12 +82,16 @@ def test_the_folders_mode_is_kept(tmp_path, run):
     assert out.stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("damage", ["no-versions", "cut-notebook", "not-a-notebook"])
+@pytest.mark.parametrize("damage", ["no-versions", "params-a-list", "nested-too-deep", "cut-notebook", "not-a-notebook"])
 def test_a_damaged_run_is_refused_by_name_before_anything_is_built(tmp_path, run, damage):
+    results = json.loads((run.parent / "results.json").read_text())
     if damage == "no-versions":
-        results = json.loads((run.parent / "results.json").read_text())
         del results["versions"]
         (run.parent / "results.json").write_text(json.dumps(results))
+    elif damage == "params-a-list":  # checked against the one schema of a results.json, not field by field
+        (run.parent / "results.json").write_text(json.dumps({**results, "params": [1]}))
+    elif damage == "nested-too-deep":  # past what Python's JSON reader follows
+        (run.parent / "results.json").write_text('{"results": ' + "[" * 100_000 + "]" * 100_000 + "}")
     else:
         text = run.read_text()
         run.write_text(text[: len(text) // 2] if damage == "cut-notebook" else "[1, 2]")

@@ -42,7 +42,7 @@ def claimed(folder: Path, command: str) -> bool:
 
 def _json(path: Path):
     """JSON read from a regular file (never opened otherwise, so a FIFO cannot hang), or None."""
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, RecursionError):  # (nested past what the reader follows)
         return json.loads(path.read_text()) if path.is_file() else None
 
 

@@ -202,7 +202,12 @@ def _check_weights(path: Path, state: tuple) -> None:
     # model.safetensors alone; another safetensors file beside them is never read
     index, mapped = path / "model.safetensors.index.json", {}
     if index.exists():
-        mapped = (json_object(index) or {}).get("weight_map") or {}
+        mapped = (json_object(index) or {}).get("weight_map")
+        if not (isinstance(mapped, dict) and mapped and all(isinstance(v, str) for v in mapped.values())):
+            raise LongctxError(
+                f"{index} does not map tensor names to shard files (its weight_map), which is what transformers reads it "
+                "for: save the model again (save_pretrained)."
+            )
         if missing := sorted(n for n in set(mapped.values()) if not (path / n).is_file()):
             raise LongctxError(f"{index} names {missing[0]}, which is not in {path}: copy the model's every shard.")
     elif not (path / "model.safetensors").exists():
@@ -407,7 +412,13 @@ def config(spec: str, **overrides):
             with contextlib.suppress(Exception):  # (what it cannot read, from_pretrained names below)
                 settings = PreTrainedConfig.get_config_dict(spec)[0]
             _check_sized(settings or {"hidden_size": None}, f"{spec}'s config.json")
-        return from_pretrained(AutoConfig, source, **overrides)
+        cfg = from_pretrained(AutoConfig, source, **overrides)
+        if not isinstance(cfg.get_text_config(), PreTrainedConfig):  # a text_config its family does not declare
+            raise LongctxError(
+                f"{spec}'s text_config is a plain set of settings: a {cfg.model_type} config is no multimodal one, so "
+                "transformers never builds it. Move its settings to the top level, or remove it."
+            )
+        return cfg
     except LongctxError as exc:
         raise LongctxError(f"{exc}{twin}") from None
     except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, the hub failing

@@ -16,6 +16,19 @@ from longctx import files
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 
+# what a run's results.json must hold to be shown (notebook.Session writes it), checked with jsonschema
+RESULTS = {
+    "type": "object",
+    "required": ["size", "finished", "seconds", "versions"],
+    "properties": {
+        "notebook": {"type": "string"},
+        "size": {"type": "string"},
+        "finished": {"type": "string"},
+        "seconds": {"type": "number", "minimum": 0},
+        "versions": {"type": "object"},
+        "params": {"type": "object"},
+    },
+}
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
@@ -98,11 +111,19 @@ def _is_time(text: str) -> bool:
 def _checked_run(name: str, executed: Path, size: str) -> Path:
     """A run the site can show: its executed notebook readable, its results.json naming the run. Refused by name
     otherwise, before anything is built."""
+    import jsonschema
     import nbformat
 
     results = files.json_object(executed.parent / "results.json") or {}
-    fields = {"size": str, "finished": str, "seconds": (int, float), "versions": dict}
-    why = next((f"its results.json has no {k!r}" for k, kind in fields.items() if not isinstance(results.get(k), kind)), None)
+    why = None if results else "its results.json cannot be read as a JSON object"
+    if why is None and (error := jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS).iter_errors(results))):
+        where = ".".join(map(str, error.absolute_path))
+        said = (
+            error.message
+            if len(error.message) < 160
+            else f"{type(error.instance).__name__} where a run writes {error.validator_value!r}"
+        )
+        why = f"its results.json is not a run's ({where + ': ' if where else ''}{said})"
     if why is None and results.get("notebook", name) != name:  # a lesson's run copied under another's name
         why = f"its results.json is of {results['notebook']}, not {name}"
     if why is None and results["size"] != size:
@@ -190,7 +211,7 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
-    results = json.loads((executed.parent / "results.json").read_text())
+    results = files.json_object(executed.parent / "results.json")  # (checked by _checked_run)
     # shown as code, never as Markdown or HTML (a hand-edited field could carry a link or a script)
     versions = "`" + ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())).replace("`", "'") + "`"
     size, finished = results["size"], results["finished"]  # (checked: one of the sizes, a time)
