@@ -782,6 +782,22 @@ def test_a_stuck_kernel_is_stopped_at_its_limit_with_everything_it_started(tmp_p
     assert not any("sleep" in " ".join(cmd) and cmd[-1] == "600" for cmd in commands)
 
 
+def test_a_limit_reached_before_the_kernel_starts_stops_the_kernel_all_the_same():
+    """A limit shorter than the kernel's start (`--timeout 1e-9`) once fired with nothing to stop, and the run went on."""
+    import subprocess
+    import time
+
+    from longctx import children
+
+    with children.Deadline(1e-9) as deadline:
+        time.sleep(0.1)  # fired: nothing was started yet
+        late = subprocess.Popen(["sleep", "600"])
+        assert late.wait(timeout=5) == -9  # started past the limit: stopped too
+    assert deadline.fired
+    after = subprocess.Popen(["sleep", "1"])  # once the block ends, the limit no longer applies
+    assert after.wait(timeout=5) == 0
+
+
 def test_time_limits_come_from_the_declared_minutes_and_bad_ones_are_refused(capsys):
     from longctx.run import needs
     from longctx.tools import cli

@@ -41,16 +41,22 @@ class Deadline:
         self.seconds, self.fired, self.seen = seconds, False, []
 
     def __enter__(self) -> "Deadline":
-        self._before = {p.pid for p in psutil.Process().children()}
-        self._timer = threading.Timer(self.seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._before, self._done = {p.pid for p in psutil.Process().children()}, threading.Event()
+        self._arm(self.seconds)
         return self
 
     def __exit__(self, *exc) -> None:
+        self._done.set()
         self._timer.cancel()
 
+    def _arm(self, seconds: float) -> None:
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
     def _fire(self) -> None:
+        if self._done.is_set():
+            return
         started = [p for p in psutil.Process().children() if p.pid not in self._before]
         for proc in started:
             with contextlib.suppress(psutil.Error):
@@ -58,6 +64,7 @@ class Deadline:
                     self.seen.append(f"{_command(one)} ({one.status()})")
         self.fired = True  # before the kill: whoever sees the kernel die can tell why
         kill_trees([p.pid for p in started])
+        self._arm(0.25)  # past the limit, a process started later (a kernel still starting) is stopped too
 
 
 def _command(proc) -> str:

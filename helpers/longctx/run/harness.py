@@ -391,6 +391,8 @@ def _execute(notebook: Path, writing: Path, params: dict, out: Path, progress: b
     with children.Deadline(limit * 60) as deadline:
         try:
             pm.execute_notebook(str(notebook), str(writing), params, cwd=str(out), progress_bar=progress, **_PAPERMILL, **limits)
+            if deadline.fired:  # it ended past its limit all the same: a run is kept only inside it
+                raise CellTimeoutError("past the limit")
         except Exception as exc:
             if not (deadline.fired or isinstance(exc, CellTimeoutError)):
                 raise
