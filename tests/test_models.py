@@ -1,7 +1,10 @@
+import json
+
 import pytest
 import torch
 
 from longctx import LongctxError, models
+from longctx.run import schema
 
 
 def test_unknown_preset_lists_valid_ones():
@@ -77,3 +80,8 @@ def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_mu
     (snapshot / "config.json").write_text('{"model_type": "qwen3"}')  # transformers would fill in Qwen3's defaults
     with pytest.raises(LongctxError, match="acme/half's config.json names no size"):
         models.config("acme/half")
+    # a cached config is checked as a local one is, where a lesson estimates it (x-config): before the kernel
+    settings = {**models.config("tiny").to_dict(), "vocab_size": 2**40}
+    (snapshot / "config.json").write_text(json.dumps(settings))
+    with pytest.raises(LongctxError, match="FULL_MODEL='acme/half' is no model the estimate takes: .*vocab_size is 1,099,"):
+        schema.check("01_chunked_loss", {"FULL_MODEL": "acme/half"})

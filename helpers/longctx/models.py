@@ -112,18 +112,28 @@ def is_local_config(path: Path) -> bool:
     return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
 
 
+def cached_config(spec: str) -> Path | None:
+    """A hub id's config.json in the hub cache (huggingface_hub's own lookup), or None: not cached, or no hub id."""
+    if not HUB_ID.match(spec) or Path(spec).exists():
+        return None
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    found = try_to_load_from_cache(spec, "config.json", cache_dir=constants.HF_HUB_CACHE)
+    return Path(found) if isinstance(found, str) else None
+
+
 def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
     """The hub ids of `ids` (id → "model" or "dataset") that are not in the hub cache (to be downloaded), refused at
     once when the hub cannot give them: HF_HUB_OFFLINE is set, or its address does not answer within a few seconds
     (the hub client would retry for half a minute, then fail in the kernel)."""
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import constants
     from huggingface_hub.utils import get_session
 
     cache = Path(constants.HF_HUB_CACHE)
 
     def held(repo: str, kind: str) -> bool:  # a model by its config.json, a dataset by any file of its snapshot
         if kind == "model":  # (a folder a failed download left, a dangling link, a README alone: not the model)
-            return isinstance(try_to_load_from_cache(repo, "config.json", cache_dir=cache), str)
+            return cached_config(repo) is not None
         return any(f.is_file() for f in cache.glob(f"datasets--{repo.replace('/', '--')}/snapshots/*/*"))
 
     missing = [i for i, kind in ids.items() if not held(i, kind)]

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, check_entries, check_tokenizer, check_weights, has_weights, is_local_config
+from longctx.models import PRESETS, cached_config, check_entries, check_tokenizer, check_weights, has_weights, is_local_config
 from longctx.paths import MINIATURES, schema_file, user_path
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
@@ -71,14 +71,17 @@ def _weights(value, context):
 
 
 def _config(value, context):
-    """A local config.json (or model folder) for the estimate: refused as the estimate would refuse it, before the
-    kernel gets to the cell that estimates (a preset is known good; a hub id is the hub's, checked by needs)."""
-    if isinstance(value, str) and value not in PRESETS and is_local_config(path := user_path(value, "The model")):
+    """A local config.json (or model folder), or a hub id's cached one, for the estimate: refused as the estimate would
+    refuse it, before the kernel gets to the cell that estimates (a preset is known good; a hub id not cached is the
+    hub's, checked by needs)."""
+    if not isinstance(value, str) or value in PRESETS:
+        return None
+    if is_local_config(path := user_path(value, "The model")) or cached_config(value):
         from longctx.memory.estimate import check_model
         from longctx.models import config
 
         try:
-            check_model(config(str(path)))
+            check_model(config(str(path) if is_local_config(path) else value))
         except LongctxError as exc:
             return f"is no model the estimate takes: {str(exc).rstrip('.')}"
 
