@@ -82,7 +82,19 @@ def test_the_folders_mode_is_kept(tmp_path, run):
     assert out.stat().st_mode & 0o777 == 0o700
 
 
-@pytest.mark.parametrize("damage", ["no-versions", "params-a-list", "nested-too-deep", "cut-notebook", "not-a-notebook"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "no-versions",
+        "params-a-list",
+        "seconds-true",
+        "html-in-a-version",
+        "nested-too-deep",
+        "papermill-a-list",
+        "cut-notebook",
+        "not-a-notebook",
+    ],
+)
 def test_a_damaged_run_is_refused_by_name_before_anything_is_built(tmp_path, run, damage):
     results = json.loads((run.parent / "results.json").read_text())
     if damage == "no-versions":
@@ -90,6 +102,15 @@ def test_a_damaged_run_is_refused_by_name_before_anything_is_built(tmp_path, run
         (run.parent / "results.json").write_text(json.dumps(results))
     elif damage == "params-a-list":  # checked against the one schema of a results.json, not field by field
         (run.parent / "results.json").write_text(json.dumps({**results, "params": [1]}))
+    elif damage == "seconds-true":  # a JSON true is no duration ("in 1 s" otherwise)
+        (run.parent / "results.json").write_text(json.dumps({**results, "seconds": True}))
+    elif damage == "html-in-a-version":  # blank lines would end the code span it is shown in, and the HTML would run
+        versions = {**results["versions"], "torch": "2.13.0\n\n<script>alert(1)</script>\n\n"}
+        (run.parent / "results.json").write_text(json.dumps({**results, "versions": versions}))
+    elif damage == "papermill-a-list":
+        nb = nbformat.read(run, as_version=4)
+        nb.metadata["papermill"] = ["x"]
+        nbformat.write(nb, run)
     elif damage == "nested-too-deep":  # past what Python's JSON reader follows
         (run.parent / "results.json").write_text('{"results": ' + "[" * 100_000 + "]" * 100_000 + "}")
     else:
@@ -184,10 +205,13 @@ def test_a_figure_that_is_a_link_is_refused_and_a_results_field_is_shown_as_text
     (run.parent / "results.json").write_text(json.dumps({**results, "finished": "<script>alert(1)</script>"}))
     with pytest.raises(LongctxError, match="finished '<script>alert\\(1\\)</script>' is not a time"):
         build(tmp_path / "site", {FIRST: run})
-    link = "[see](javascript:alert(1))"  # a version that would be a link in Markdown: shown as code
+    link = "[see](javascript:alert(1))"  # a version that would be a link in Markdown: no version a run writes
     (run.parent / "results.json").write_text(json.dumps({**results, "versions": {"torch": link}}))
+    with pytest.raises(LongctxError, match="versions.torch: not a name a run writes there"):
+        build(tmp_path / "site", {FIRST: run})
+    (run.parent / "results.json").write_text(json.dumps(results))
     page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
-    assert 'href="javascript' not in page and "torch [see](javascript:alert(1))" in page
+    assert f"<code>{', '.join(f'{k} {v}' for k, v in sorted(results['versions'].items()))}</code>" in page  # as code
 
 
 def test_the_users_files_and_empty_folders_move_before_the_swap_or_nothing_changes(tmp_path, run, monkeypatch):

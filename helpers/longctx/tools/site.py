@@ -16,19 +16,23 @@ from longctx import files
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 
-# what a run's results.json must hold to be shown (notebook.Session writes it), checked with jsonschema
+# what a run's results.json must hold to be shown (notebook.Session writes it), checked with jsonschema; the fields
+# the page shows are of the forms a run writes (a version, a device), so none can carry Markdown or HTML
+_WORD = {"type": "string", "pattern": r"^[\w.+!-]+$"}
 RESULTS = {
     "type": "object",
     "required": ["size", "finished", "seconds", "versions"],
     "properties": {
-        "notebook": {"type": "string"},
-        "size": {"type": "string"},
+        "notebook": _WORD,
+        "size": _WORD,
         "finished": {"type": "string"},
         "seconds": {"type": "number", "minimum": 0},
-        "versions": {"type": "object"},
+        "versions": {"type": "object", "propertyNames": _WORD, "additionalProperties": _WORD},
         "params": {"type": "object"},
     },
 }
+# what papermill records in an executed notebook's metadata, as far as the site reads it
+PAPERMILL = {"type": "object", "properties": {"input_path": {"type": ["string", "null"]}, "parameters": {"type": "object"}}}
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
@@ -111,19 +115,10 @@ def _is_time(text: str) -> bool:
 def _checked_run(name: str, executed: Path, size: str) -> Path:
     """A run the site can show: its executed notebook readable, its results.json naming the run. Refused by name
     otherwise, before anything is built."""
-    import jsonschema
     import nbformat
 
     results = files.json_object(executed.parent / "results.json") or {}
-    why = None if results else "its results.json cannot be read as a JSON object"
-    if why is None and (error := jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(RESULTS).iter_errors(results))):
-        where = ".".join(map(str, error.absolute_path))
-        said = (
-            error.message
-            if len(error.message) < 160
-            else f"{type(error.instance).__name__} where a run writes {error.validator_value!r}"
-        )
-        why = f"its results.json is not a run's ({where + ': ' if where else ''}{said})"
+    why = _unlike(results, RESULTS, "its results.json") if results else "its results.json cannot be read as a JSON object"
     if why is None and results.get("notebook", name) != name:  # a lesson's run copied under another's name
         why = f"its results.json is of {results['notebook']}, not {name}"
     if why is None and results["size"] != size:
@@ -142,6 +137,8 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
             papermill = nbformat.read(executed, as_version=4).metadata.get("papermill", {})
         except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
             why, papermill = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})", {}
+        if why is None and (why := _unlike(papermill, PAPERMILL, f"{executed.name}'s papermill record")):
+            papermill = {}
         ran, recorded = papermill.get("input_path") or "", results.get("params") or {}
         if why is None and Path(ran).stem != name:  # (a sweep's point runs a copy of the same name)
             why = f"{executed.name} is a run of {Path(ran).name or 'no lesson longctx ran'}, not of {name}"
@@ -155,6 +152,19 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
             f"--size {size}`) or move that folder away; the site was not changed."
         )
     return executed
+
+
+def _unlike(value, schema: dict, what: str) -> str | None:
+    """How `value` differs from `schema` (jsonschema's most telling error), or None."""
+    import jsonschema
+
+    if not (error := jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))):
+        return None
+    where, kind = ".".join(map(str, error.absolute_path)), type(error.instance).__name__
+    said = error.message if len(error.message) < 160 else f"a {kind} where a run writes {error.validator_value!r}"
+    if error.validator == "pattern":  # a version or a device, as a run writes them
+        said = "not a name a run writes there: letters, digits and . + ! - _ only"
+    return f"{what} is not a run's ({where + ': ' if where else ''}{said})"
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:
@@ -182,7 +192,8 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
     if (figures / "index.md").is_file():
         for f in (f for f in figures.iterdir() if f.suffix in (".md", ".png", ".svg")):
             if f.is_symlink() or not f.is_file():  # the site copies only what `longctx figures` wrote, never elsewhere
-                raise LongctxError(f"{f} is a {'link' if f.is_symlink() else 'folder'}, not a figure `longctx figures` "
+                kind = "a link" if f.is_symlink() else "a folder" if f.is_dir() else "not a regular file"
+                raise LongctxError(f"{f} is {kind}, not a figure `longctx figures` "
                                    "wrote: move it away, or run `longctx figures` again. The site was not changed.")  # fmt: skip
             shutil.copyfile(f, docs / "figures" / f.name)
     else:
