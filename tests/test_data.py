@@ -241,6 +241,25 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
 
 
+def test_longctx_data_never_writes_through_a_link_nor_reads_a_fifo(data_copy, tmp_path_factory):
+    import os
+    import shutil
+
+    theirs = tmp_path_factory.mktemp("theirs")  # someone's folder, linked where the tokenizer is built
+    (theirs / "tokenizer_config.json").write_text('{"mine": 1}')
+    shutil.rmtree(data_copy / f"tokenizer-{data.VOCAB_SIZE}")
+    (data_copy / f"tokenizer-{data.VOCAB_SIZE}").symlink_to(theirs)
+    with pytest.raises(LongctxError, match=f"tokenizer-{data.VOCAB_SIZE} is a link: longctx writes and reads only its own"):
+        data.tokenizer()
+    assert sorted(p.name for p in theirs.iterdir()) == ["tokenizer_config.json"]
+    assert (theirs / "tokenizer_config.json").read_text() == '{"mine": 1}'
+    cache = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
+    cache.unlink()
+    os.mkfifo(cache)  # read, it would block for ever
+    with pytest.raises(LongctxError, match="validation.npy is not a regular file"):
+        data.token_stream("validation")
+
+
 def test_a_hidden_file_or_a_folder_beside_the_books_is_not_a_book(data_copy):
     corpus = data.data_dir() / "corpus"  # (the copy's: the user's data/ is never written by a test)
     before = [b.name for b in data.books("train")]

