@@ -387,6 +387,8 @@ def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
         ("00", "OVERFIT_STEPS=0", "must be positive"),
         ("00", "LEARNING_RATE=nan", "must be a finite number"),
         ("00", "EVAL_EVERY=500", "must be at most OVERFIT_STEPS"),
+        ("00", "ACCUM_STEPS=64", r"ACCUM_MICRO_BATCH=\d+ × ACCUM_STEPS=64 must be at most TRAIN_SEQS"),  # (fewer, unsaid)
+        ("00", "BATCH=65", "BATCH=65 must be at most TRAIN_SEQS"),
         ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
         ("06", "GPUS=6", "power of two"),
     ],

@@ -129,6 +129,9 @@ def _relations(params, relations):
             bad = [v for v in (value if isinstance(value, list) else [value]) if _num(v) and v % step]
             why = f"must be a multiple of 2 × {named} = {step}" if bad else None
             why = f"has {bad[0]}, which {why}" if why and isinstance(value, list) else why
+        elif kind == "times_at_most" and all(_num(params.get(n)) for n in (name, *other)):
+            if value * params[other[0]] > params[other[1]]:
+                why = f"× {other[0]}={params[other[0]]!r} must be at most {other[1]} ({params[other[1]]})"
         elif kind == "needed_unless" and not value and params.get(other[0]) != other[1]:
             why = f"must be set when {other[0]} is not {other[1]!r}"
         if why:
