@@ -390,6 +390,7 @@ def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
         ("00", "ACCUM_STEPS=64", r"ACCUM_MICRO_BATCH=\d+ × ACCUM_STEPS=64 must be at most TRAIN_SEQS"),  # (fewer, unsaid)
         ("00", "BATCH=65", "BATCH=65 must be at most TRAIN_SEQS"),
         ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
+        ("04", "FULL_CP=128", "FULL_CP=128 cannot split qwen3-4b's .* at most 64 GPUs"),  # the lesson's plan check
         ("06", "GPUS=6", "power of two"),
     ],
 )

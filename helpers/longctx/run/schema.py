@@ -132,10 +132,27 @@ def _relations(params, relations):
         elif kind == "times_at_most" and all(_num(params.get(n)) for n in (name, *other)):
             if value * params[other[0]] > params[other[1]]:
                 why = f"× {other[0]}={params[other[0]]!r} must be at most {other[1]} ({params[other[1]]})"
+        elif kind == "cp_plan" and _num(value) and _num(params.get(other[1])) and isinstance(params.get(other[0]), str):
+            why = _cp_plan(params[other[0]], params[other[1]], value)
         elif kind == "needed_unless" and not value and params.get(other[0]) != other[1]:
             why = f"must be set when {other[0]} is not {other[1]!r}"
         if why:
             yield ValidationError(f"{name}={value!r} {why}")
+
+
+def _cp_plan(model: str, tokens: int, cp_size: int) -> str | None:
+    """What shapes.check_plan says of a context-parallel plan of `model` (one whose config is here: a preset, a local
+    one, a cached hub one; another is the hub's, checked by needs)."""
+    from longctx.models import config
+    from longctx.shapes import check_plan
+
+    if not (model in PRESETS or is_local_config(user_path(model, "The model")) or cached_config(model)):
+        return None
+    try:
+        check_plan(config(model), tokens, cp_size=cp_size)
+    except LongctxError as exc:
+        return f"cannot split {model}'s {tokens:,} tokens: {str(exc).rstrip('.')}"
+    return None
 
 
 def _num(value) -> bool:
