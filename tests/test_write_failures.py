@@ -95,3 +95,8 @@ def test_an_executed_notebook_is_never_left_cut_off(tmp_path, failing):
             harness.run(str(path), "ci", out=folder / "out", progress=False)
         assert "writ" in str(err.value)
         assert not (folder / "out" / path.name).exists() and _leftovers(folder) == []
+
+
+def test_an_output_where_no_folder_can_be_made_is_named_with_the_fix(tmp_path):
+    with pytest.raises(LongctxError, match=r"Could not write /proc/longctx-\w+: .*Choose an ordinary writable folder \(--out"):
+        harness.run("01", "ci", out=f"/proc/longctx-{tmp_path.name}")  # a place that takes no folder

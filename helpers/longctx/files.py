@@ -239,4 +239,7 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         where = "--out, LONGCTX_BUILD, LONGCTX_DATA"
         return LongctxError(f"Cannot write {path}: {exc.strerror}. Choose a writable folder ({where}).")
-    return LongctxError(f"Could not write {path}: {exc}.")
+    why = exc.strerror or str(exc)  # a place that takes no folder (/proc), a name too long, a link loop, ...
+    return LongctxError(
+        f"Could not write {path}: {why}. Choose an ordinary writable folder (--out, LONGCTX_BUILD, LONGCTX_DATA)."
+    )
