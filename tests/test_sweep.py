@@ -124,6 +124,22 @@ def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path, ename, evalue):
     assert len(calls) == 1
 
 
+def test_a_leftover_submitit_variable_outside_slurm_is_no_slurm_task_and_a_refusal_leaves_no_temporary(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # e.g. a shell inside an earlier job's environment
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    folder, point = tmp_path / "points" / "x", ("01_chunked_loss", "ci", {})
+    done = harness.RunResult("01_chunked_loss", "ci", folder, None, {"results": {"peak": 1.0}}, 1.0)
+    record = sweep.run_point(*point, str(folder), runner=lambda *a, **k: done)
+    assert record["status"] == "ok" and "slurm_job" not in record
+
+    def refused(*args, **kwargs):
+        raise LongctxError("no")
+
+    with pytest.raises(LongctxError):
+        sweep.run_point(*point, str(tmp_path / "points" / "y"), runner=refused)
+    assert sorted(p.name for p in (tmp_path / "points").iterdir() if "tmp" in p.name) == []
+
+
 def test_a_timed_out_point_is_a_result_run_again_only_under_a_longer_limit(tmp_path):
     limits = []
 

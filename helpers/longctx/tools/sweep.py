@@ -184,7 +184,8 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
     stopped: list[int] = []
-    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":  # a task of the sweep's array
+    # a task of the sweep's array (submitit's variable alone may be a shell's leftover: SLURM's says it is a job)
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "SLURM_JOB_ID" in os.environ:
         task, job = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ["SLURM_JOB_ID"]  # no task: one point, a plain job
         record["slurm_job"] = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if task else job  # where its log is
         # SLURM warns a task of its time limit with SIGUSR2 (submitit's --signal), up to a minute early: submitit
@@ -203,6 +204,9 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
         if stopped and status == "died":  # sacct says which of SLURM's reasons, when the sweep is watching
             status, error = "cancelled", f"stopped by SLURM's SIGTERM; {error}"
         record.update(status=status, error=error, limit_minutes=timeout)
+    except BaseException:  # a refusal, Ctrl-C: no record, and no temporary left beside the points
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return _place(tmp, folder, record)
 
 
