@@ -114,6 +114,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
     [
         "int8",
         "missing-tensor",
+        "extra-tensor",
         "stray-file",
         "missing-shard",
         "index-a-list",
@@ -140,6 +141,9 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "missing-tensor":  # transformers would start it from random numbers, saying so only in its log
         save_file({k: v for k, v in weights.items() if k != first}, file)
         why = rf"safetensors hold no {first} \(1 tensor\(s\) missing\)"
+    elif damage == "extra-tensor":  # a config cut to fewer layers than were saved: transformers drops the rest
+        save_file({**weights, "model.layers.99.mlp.up_proj.weight": weights[first].clone()}, file)
+        why = r"hold model.layers.99.mlp.up_proj.weight \(1 tensor\(s\)\), which .*config.json does not build"
     elif damage == "stray-file":  # the tensor is in a file beside it, which transformers never reads
         save_file({k: v for k, v in weights.items() if k != first}, file)
         save_file({first: weights[first]}, folder / "zz-backup.safetensors")

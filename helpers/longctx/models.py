@@ -251,6 +251,13 @@ def _check_weights(path: Path, state: tuple) -> None:
                 "trained here. Give the model's bf16 or fp32 weights."
             )
         found |= {n: v for n, v in here.items() if not mapped or mapped.get(n) == file.name}  # where the index says
+    ignored = [re.compile(p) for p in getattr(net, "_keys_to_ignore_on_load_unexpected", None) or ()]
+    if extra := [n for n in found if n not in wanted and not any(p.search(n) for p in ignored)]:  # e.g. layers cut
+        raise LongctxError(
+            f"{path}'s safetensors hold {extra[0]} ({len(extra)} tensor(s)), which {path / 'config.json'} does not build: "
+            "transformers would drop them and train a smaller model than was saved. The config is another model's; "
+            "save the two together (save_pretrained)."
+        )
     missing = [g[0] for g in shared.values() if not any(n in found for n in g)]  # (buffers: a model recomputes them)
     if missing:
         raise LongctxError(
@@ -266,8 +273,15 @@ def _check_forward(path: Path, tokens: int = 16) -> None:
     and finite gradients on one step of a few tokens (in fp32, whose range bf16 shares)."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
-    net = from_pretrained(AutoModelForCausalLM, str(path), dtype=torch.float32)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a check says nothing unless it refuses
+    try:
+        net = from_pretrained(AutoModelForCausalLM, str(path), dtype=torch.float32)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     ids = torch.arange(tokens)[None] % net.get_input_embeddings().num_embeddings
     loss = net(input_ids=ids, labels=ids).loss
     loss.backward()
