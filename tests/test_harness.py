@@ -951,7 +951,7 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
     need = estimate(sized["MODEL"], sized["SEQ_LEN"], batch=64 * sized["BATCH"], loss="plain", dtype="fp32", device="cpu")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
     with pytest.raises(LongctxError, match=f"BATCH={64 * sized['BATCH']:,} is more than this machine can step"):
-        harness._checked(primer, "ci", {"BATCH": 64 * sized["BATCH"]})
+        harness._checked(primer, "ci", {"BATCH": 64 * sized["BATCH"], "TRAIN_SEQS": 64 * sized["BATCH"]})
     bigger = estimate("qwen3-0.6b", sized["SEQ_LEN"], batch=sized["BATCH"], loss="plain", dtype="fp32", device="cpu")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=bigger.peak_bytes - 1))
     with pytest.raises(LongctxError, match="MODEL=qwen3-0.6b is more than this machine can step"):  # another model
