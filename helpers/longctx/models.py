@@ -290,8 +290,7 @@ def _check_forward(path: Path, tokens: int = 16) -> None:
         what, largest = "gradient" if loss.isfinite() else "loss", weight.detach().abs().max().item()
         raise LongctxError(
             f"{path}: one training step on {tokens} tokens gives an infinite or NaN {what}, though every weight is finite: "
-            f"they are too large ({name} holds {largest:.3g}) "
-            "and overflow. The model is damaged; save a sound one."
+            f"they are too large ({name} holds {largest:.3g}) and overflow. The model is damaged; save a sound one."
         )
 
 

@@ -243,7 +243,7 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
             continue
         changed = [n for n in (name, step.get("batch"), step.get("trained"), *step.get("preset_config", {}).values(),
                                step["model"]) if n and own.get(n) != values.get(n)]  # fmt: skip
-        raised = ", ".join(f"{n}={values[n]:,}" if type(values[n]) is int else f"{n}={values[n]}" for n in changed)
+        raised = ", ".join(f"{n}={values[n]:,}" if type(values[n]) is int else f"{n}={values[n]}" for n in changed or [name])
         need = None
         with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
             spec, changes = model
