@@ -690,6 +690,10 @@ def _data_folder_is_a_file(tmp_path, monkeypatch):
 
 
 WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 4194304, "num_attention_heads": 8}'
+SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in the traced step
+    '{"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
+    '"layer_types": ["sliding_attention", "full_attention"], "sliding_window": null}'
+)
 
 
 @pytest.mark.parametrize(
@@ -708,6 +712,10 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
                 "1k",
             ],
             "text_config is a plain set of settings: a qwen3 config is no multimodal one",
+        ),
+        (
+            lambda t, m: ["estimate", "--model", _write(t, "sw.json", SLIDING_WITHOUT_WINDOW), "--seq-len", "1k"],
+            "sliding-attention layers .* but no sliding_window",
         ),
         (lambda t, m: ["plan", "--model", "qwen3-8b", "--seq-len", "64", "--gpus", "64"], "use at most 32 ranks"),
         (
@@ -728,6 +736,7 @@ WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 419
         "config-that-is-a-list",
         "config-wider-than-any-model",
         "text-config-its-family-lacks",
+        "sliding-layers-without-a-window",
         "more-cp-ranks-than-tokens",
         "more-cp-ranks-than-an-estimate-traces",
         "config-that-is-a-device",

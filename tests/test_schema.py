@@ -115,6 +115,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "int8",
         "missing-tensor",
         "extra-tensor",
+        "adapter-without-its-weights",
         "stray-file",
         "missing-shard",
         "index-a-list",
@@ -144,6 +145,9 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "extra-tensor":  # a config cut to fewer layers than were saved: transformers drops the rest
         save_file({**weights, "model.layers.99.mlp.up_proj.weight": weights[first].clone()}, file)
         why = r"hold model.layers.99.mlp.up_proj.weight \(1 tensor\(s\)\), which .*config.json does not build"
+    elif damage == "adapter-without-its-weights":  # transformers loads a PEFT adapter it names, as the lesson would
+        (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "x/y"}))
+        why = r"transformers cannot load and step it as the lessons do \(FileNotFoundError: .*adapter_model.safetensors"
     elif damage == "stray-file":  # the tensor is in a file beside it, which transformers never reads
         save_file({k: v for k, v in weights.items() if k != first}, file)
         save_file({first: weights[first]}, folder / "zz-backup.safetensors")

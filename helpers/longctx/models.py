@@ -279,12 +279,19 @@ def _check_forward(path: Path, tokens: int = 16) -> None:
     hf_logging.disable_progress_bar()  # a check says nothing unless it refuses
     try:
         net = from_pretrained(AutoModelForCausalLM, str(path), dtype=torch.float32)
+        ids = torch.arange(tokens)[None] % net.get_input_embeddings().num_embeddings
+        loss = net(input_ids=ids, labels=ids).loss
+        loss.backward()
+    except (LongctxError, MemoryError):
+        raise
+    except Exception as exc:  # what the lesson would meet in the kernel: an adapter, a quantizer, ...
+        why = " ".join(str(exc).split())[:240]
+        raise LongctxError(
+            f"{path}: transformers cannot load and step it as the lessons do ({type(exc).__name__}: {why})."
+        ) from None
     finally:
         if shown:
             hf_logging.enable_progress_bar()
-    ids = torch.arange(tokens)[None] % net.get_input_embeddings().num_embeddings
-    loss = net(input_ids=ids, labels=ids).loss
-    loss.backward()
     if not (loss.isfinite() and all(p.grad.isfinite().all() for p in net.parameters() if p.grad is not None)):
         name, weight = max(net.named_parameters(), key=lambda p: p[1].detach().abs().max())
         what, largest = "gradient" if loss.isfinite() else "loss", weight.detach().abs().max().item()

@@ -70,6 +70,9 @@ def check_model(cfg) -> None:
         raise LongctxError(f"The config has {experts} experts; a mixture-of-experts model needs at least one (fix config.json).")
     if experts and isinstance(per_token, int) and not 0 < per_token <= experts:
         raise LongctxError(f"The config routes each token to {per_token} of {experts} experts; fix num_experts_per_tok.")
+    if "sliding_attention" in (getattr(text, "layer_types", None) or ()) and not getattr(text, "sliding_window", None):
+        raise LongctxError("The config has sliding-attention layers (layer_types, use_sliding_window) but no sliding_window: "
+                           "set the window, or make those layers full_attention (fix config.json).")  # fmt: skip
     heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
     if heads and kv and heads % kv:
         raise LongctxError(f"The config has {heads} attention heads and {kv} key/value heads: grouped attention needs "
@@ -388,15 +391,24 @@ def estimate(
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     start = time.perf_counter()
     try:
-        if fake and not exact and text.num_hidden_layers > repeat.TRACED[-1] and repeat.identical_layers(text):
-            small = [_trace(repeat.shrunk(cfg, n), **how, label_layers=True) for n in repeat.TRACED]
-            trace, method = repeat.extend(*small, text.num_hidden_layers), "layers %d and %d traced, extended" % repeat.TRACED
-        else:
-            trace, method = _trace(cfg, **how), "traced"
-        if trace["shards_written"]:
-            method += "; a tiled MLP's middle shards extended"
-    except repeat.NotRepeating:  # layers or shards that run different operators: trace them all
-        trace, method = _trace(cfg, **dict(how, tiles=False)), "traced"
+        try:
+            if fake and not exact and text.num_hidden_layers > repeat.TRACED[-1] and repeat.identical_layers(text):
+                small = [_trace(repeat.shrunk(cfg, n), **how, label_layers=True) for n in repeat.TRACED]
+                trace = repeat.extend(*small, text.num_hidden_layers)
+                method = "layers %d and %d traced, extended" % repeat.TRACED
+            else:
+                trace, method = _trace(cfg, **how), "traced"
+            if trace["shards_written"]:
+                method += "; a tiled MLP's middle shards extended"
+        except repeat.NotRepeating:  # layers or shards that run different operators: trace them all
+            trace, method = _trace(cfg, **dict(how, tiles=False)), "traced"
+    except (LongctxError, MemoryError):  # (a real step on the CPU may run out)
+        raise
+    except Exception as exc:  # transformers' own code refusing the config that every check above passed
+        why = " ".join(str(exc).split())[:240]
+        raise LongctxError(
+            f"transformers cannot run a step of this config ({type(exc).__name__}: {why}); fix config.json."
+        ) from None
     source = "fake-tensors" if fake else "memtracker"
     profile = profile_of("cpu", source, trace["rows"], trace["phases"], trace["host"], trace["bands"], layer_input)
     profile.costs = trace["costs"]
