@@ -1,6 +1,6 @@
 """How `longctx site` writes: a fresh folder beside the target, swapped in whole, the target's links never followed
 and its mode kept, the user's files carried over, damaged runs and a full disk refused by name. Runs are stand-ins
-(a one-cell notebook and its results.json): nothing is executed, so these run in the fast tier."""
+(the lesson's notebook, not executed, and a results.json): nothing is executed, so these run in the fast tier."""
 
 import errno
 import json
@@ -23,7 +23,7 @@ def run(tmp_path):
     """A stand-in run of the first lesson at `ci`."""
     folder = tmp_path / "runs" / FIRST
     folder.mkdir(parents=True)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A lesson"), nbformat.v4.new_code_cell("1")])
+    nb = nbformat.read(harness.notebooks()[FIRST], as_version=4)  # the lesson's cells, as papermill leaves them
     nb.metadata["papermill"] = {"input_path": f"notebooks/{FIRST}.ipynb"}  # as papermill records the lesson it ran
     nbformat.write(nb, folder / f"{FIRST}.ipynb")
     results = {"size": "ci", "finished": "2026-12-05T10:00:00", "seconds": 3.0, "versions": {"torch": "2.13.0"}}
@@ -249,3 +249,17 @@ def test_what_is_left_of_the_last_build_is_said(tmp_path, run, monkeypatch, caps
     build(out, {FIRST: run})
     left = next(p for p in tmp_path.iterdir() if p.name.startswith(".site.old-"))
     assert f"what is left of it is in {left}" in capsys.readouterr().err
+
+
+def test_an_edited_lesson_is_refused_and_a_script_in_an_output_is_escaped(tmp_path, run):
+    nb = nbformat.read(run, as_version=4)
+    html = "<table><tr><td>kept</td></tr></table><script>alert(1)</script>"  # a pandas table, and what no output holds
+    output = nbformat.v4.new_output("display_data", data={"text/plain": "a table", "text/html": html})
+    next(c for c in nb.cells if c.cell_type == "code").outputs = [output]
+    nbformat.write(nb, run)
+    page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
+    assert "<td>kept</td>" in page and "<script>alert(1)</script>" not in page  # nbconvert's SanitizeHTML (bleach)
+    nb.cells[0].source += "\n\n[more](javascript:alert(1))"  # the lesson's text edited: it would be shown as the lesson's
+    nbformat.write(nb, run)
+    with pytest.raises(LongctxError, match=f"{FIRST}.ipynb's cell 1 is not the lesson's as committed"):
+        build(tmp_path / "site", {FIRST: run})

@@ -3,6 +3,7 @@ from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages li
 site opens from disk (file://) as well as from any static web server."""
 
 import importlib.util
+import itertools
 import json
 import math
 import re
@@ -33,6 +34,7 @@ RESULTS = {
 }
 # what papermill records in an executed notebook's metadata, as far as the site reads it
 PAPERMILL = {"type": "object", "properties": {"input_path": {"type": ["string", "null"]}, "parameters": {"type": "object"}}}
+TABLE_TAGS = ("div", "table", "thead", "tbody", "tr", "th", "td")  # a pandas DataFrame's HTML output
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
@@ -134,7 +136,8 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
         why = f"{executed.name} is not a regular file"
     if why is None:
         try:
-            papermill = nbformat.read(executed, as_version=4).metadata.get("papermill", {})
+            nb = nbformat.read(executed, as_version=4)
+            papermill = nb.metadata.get("papermill", {})
         except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
             why, papermill = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})", {}
         if why is None and (why := _unlike(papermill, PAPERMILL, f"{executed.name}'s papermill record")):
@@ -146,12 +149,26 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
         if why is None and (other := [k for k, v in given.items() if k in recorded and recorded[k] != v]):
             # the notebook and the results of two runs, side by side
             why = f"{executed.name} ran with {other[0]}={given[other[0]]!r}, its results.json with {recorded[other[0]]!r}"
+        if why is None and (cell := _edited_cell(nb, name)) is not None:  # its text is shown as the lesson's
+            why = f"{executed.name}'s cell {cell} is not the lesson's as committed (an edited copy, or an older version)"
     if why:
         raise LongctxError(
             f"The run in {executed.parent} cannot be shown: {why}. Run the lesson again (`longctx run {name[:2]} "
             f"--size {size}`) or move that folder away; the site was not changed."
         )
     return executed
+
+
+def _edited_cell(nb, name: str) -> int | None:
+    """The first cell (counted from 1) of an executed notebook whose type or text differs from the committed lesson's
+    (papermill's injected parameters aside), or None."""
+    import nbformat
+
+    from longctx.run import harness
+
+    lesson = [(c.cell_type, c.source) for c in nbformat.read(harness.notebooks()[name], as_version=4).cells]
+    ran = [(c.cell_type, c.source) for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    return next((i + 1 for i, (a, b) in enumerate(itertools.zip_longest(ran, lesson)) if a != b), None)
 
 
 def _unlike(value, schema: dict, what: str) -> str | None:
@@ -220,8 +237,14 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
     """The executed notebook with a cell on top naming its run and a link to the next lesson at the end. nbconvert
     renders its cells as written (MkDocs rewrites only .md pages): links to a notebook or the glossary are made .html."""
     import nbformat
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
 
     nb = nbformat.read(executed, as_version=4)
+    clean = SanitizeHTML(attributes={"*": ["class"], "table": ["border"]})
+    clean.tags = [*clean.tags, *TABLE_TAGS]
+    for cell in nb.cells:  # an output's HTML (a pandas table) kept, a script or an event handler in it escaped
+        if cell.cell_type == "code":
+            cell.outputs = clean.sanitize_code_outputs(cell.outputs)
     results = files.json_object(executed.parent / "results.json")  # (checked by _checked_run)
     # shown as code, never as Markdown or HTML (a hand-edited field could carry a link or a script)
     versions = "`" + ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())).replace("`", "'") + "`"
