@@ -122,8 +122,25 @@ def cached_config(spec: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def cached_weights(spec: str) -> bool:
+    """Whether the hub cache holds what from_pretrained loads of a hub id: its config and its safetensors (the index's
+    every shard)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    def cached(name: str) -> Path | None:
+        found = try_to_load_from_cache(spec, name, cache_dir=constants.HF_HUB_CACHE)
+        return Path(found) if isinstance(found, str) else None
+
+    if cached_config(spec) is None:
+        return False
+    if cached("model.safetensors"):
+        return True
+    shards = set(((json_object(index) or {}).get("weight_map") or {}).values()) if (index := cached(WEIGHTS_INDEX)) else set()
+    return bool(shards) and all(isinstance(n, str) and cached(n) for n in shards)
+
+
 def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
-    """The hub ids of `ids` (id → "model" or "dataset") that are not in the hub cache (to be downloaded), refused at
+    """The hub ids of `ids` (id → "model", "weights" or "dataset") that are not in the hub cache (to be downloaded), refused at
     once when the hub cannot give them: HF_HUB_OFFLINE is set, or its address does not answer within a few seconds
     (the hub client would retry for half a minute, then fail in the kernel)."""
     from huggingface_hub import constants
@@ -134,6 +151,8 @@ def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
     def held(repo: str, kind: str) -> bool:  # a model by its config.json, a dataset by any file of its snapshot
         if kind == "model":  # (a folder a failed download left, a dangling link, a README alone: not the model)
             return cached_config(repo) is not None
+        if kind == "weights":  # a model a lesson trains: its weights too
+            return cached_weights(repo)
         return any(f.is_file() for f in cache.glob(f"datasets--{repo.replace('/', '--')}/snapshots/*/*"))
 
     missing = [i for i, kind in ids.items() if not held(i, kind)]
@@ -172,6 +191,7 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
 READ_WHOLE_BYTES = 512 * 2**20  # weight files up to this size are read whole before a run (the CPU sizes' models)
 # what from_pretrained reads here (`use_safetensors=True`): a pickled pytorch_model.bin can run code when it is loaded
 WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
+WEIGHTS_INDEX = "model.safetensors.index.json"  # where a sharded model names its shards
 
 
 def has_weights(path: Path) -> bool:

@@ -12,7 +12,16 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
 from longctx.memory.cards import capacity
-from longctx.models import PRESETS, cached_config, check_entries, check_tokenizer, check_weights, has_weights, is_local_config
+from longctx.models import (
+    PRESETS,
+    cached_config,
+    check_entries,
+    check_fetchable,
+    check_tokenizer,
+    check_weights,
+    has_weights,
+    is_local_config,
+)
 from longctx.paths import MINIATURES, schema_file, user_path
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
@@ -46,6 +55,8 @@ def _card(value, context):
 
 
 def _weights(value, context):
+    if context["weights"] and isinstance(value, str) and cached_config(value):  # the hub's: its weights must come too
+        check_fetchable({value: "weights"}, "Loading its weights")
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
             if (path := user_path(value, "The model")).is_dir():
