@@ -1052,3 +1052,14 @@ def test_a_diverged_pretrain_says_what_went_wrong_and_writes_nothing(tmp_path, m
     with pytest.raises(LongctxError, match=r"Training diverged \(logged losses \[8.3, 0.0\]…: a loss logged as 0.0 is a NaN"):
         base_model.pretrain(tmp_path / "out", steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_hugging_face_variable_is_named_not_a_traceback():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_DOWNLOAD_TIMEOUT": "ten"}  # huggingface_hub reads it as an int when imported
+    done = subprocess.run([sys.executable, "-m", "longctx", "list"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "A Hugging Face setting in the environment is malformed" in done.stderr and "HF_*" in done.stderr

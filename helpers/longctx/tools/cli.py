@@ -333,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # run as the program, not called from Python
             signal.signal(signal.SIGINT, _interrupt)
             signal.signal(signal.SIGTERM, _interrupt)  # stopped from outside: the same clean end, no orphaned kernel
+        try:  # huggingface_hub reads its HF_* variables once, when imported: a malformed one would end any command there
+            import huggingface_hub.constants  # noqa: F401
+        except ValueError as exc:
+            raise LongctxError(f"A Hugging Face setting in the environment is malformed ({exc}): fix or unset that HF_* "
+                               "variable (`env | grep ^HF_`).") from None  # fmt: skip
         if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
             raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         if HUB_ID.match(model := getattr(args, "model", None) or "") and os.path.exists(model):  # as transformers reads it
