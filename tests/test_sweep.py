@@ -588,6 +588,9 @@ def test_slurm_requests_are_checked_against_what_sinfo_lists(tmp_path, monkeypat
         LongctxError, match=r"SLURM did not answer `sinfo .*` \(slurm_load_partitions: Unable to .* more\)\. Check"
     ):
         slurm.check({})
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no.conf"))  # SLURM would look for it until the time limit
+    with pytest.raises(LongctxError, match=r"SLURM_CONF names .*no.conf, which is no file"):
+        slurm.check({})
 
 
 def test_slurm_task_states_come_from_squeue_while_queued_and_sacct_once_ended(tmp_path, monkeypatch):

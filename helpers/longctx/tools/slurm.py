@@ -3,6 +3,7 @@ submitted, one job array through submitit, the wait with the array's counts (squ
 running, sacct once it ended), Ctrl-C cancelling the array, and a task that ended without recording its point
 (cancelled, past --time, a failed node) recorded from SLURM's account of it."""
 
+import os
 import shutil
 import subprocess
 import time
@@ -27,10 +28,15 @@ def _ask(*command: str, timeout: float = 30) -> str:
     """A SLURM command's output; a LongctxError naming it when it fails or does not answer in `timeout` s."""
     if shutil.which(command[0]) is None:
         raise LongctxError(f"SLURM's {command[0]} is not on this machine's PATH: run from the cluster's login node.")
+    if (conf := os.environ.get("SLURM_CONF")) and not os.path.isfile(conf):  # SLURM would look for it until the timeout
+        raise LongctxError(f"SLURM_CONF names {conf}, which is no file: point it at the cluster's slurm.conf, or unset it.")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise LongctxError(f"`{' '.join(command)}` did not answer in {timeout:.0f} s: is slurmctld up?") from None
+        raise LongctxError(
+            f"`{' '.join(command)}` did not answer in {timeout:.0f} s: is slurmctld up (`scontrol ping`), and does SLURM_CONF "
+            "name the cluster's slurm.conf?"
+        ) from None
     if done.returncode:
         said = " ".join((done.stderr or done.stdout).split())[:400]  # SLURM's own words, on one line
         raise LongctxError(

@@ -187,7 +187,7 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
     # a task of the sweep's array (submitit's variable alone may be a shell's leftover: SLURM's says it is a job)
     if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "SLURM_JOB_ID" in os.environ:
         task, job = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ["SLURM_JOB_ID"]  # no task: one point, a plain job
-        record["slurm_job"] = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{task}" if task else job  # where its log is
+        record["slurm_job"] = f"{os.environ.get('SLURM_ARRAY_JOB_ID', job)}_{task}" if task else job  # where its log is
         # SLURM warns a task of its time limit with SIGUSR2 (submitit's --signal), up to a minute early: submitit
         # would requeue a task it takes for preempted, and the kernel (which inherits this) would die of it
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
