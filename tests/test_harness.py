@@ -391,6 +391,8 @@ def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
         ("00", "BATCH=65", "BATCH=65 must be at most TRAIN_SEQS"),
         ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
         ("04", "FULL_CP=128", "FULL_CP=128 cannot split qwen3-4b's .* at most 64 GPUs"),  # the lesson's plan check
+        ("05", "RUN_PADS=[64,100]", r"RUN_PADS=\[64, 100\] has 100, which does not divide MAX_LENGTH"),
+        ("02", "BETA_FAST=0.5", r"BETA_FAST=0.5 must be above beta_slow \(1, transformers' default"),
         ("06", "GPUS=6", "power of two"),
     ],
 )
@@ -957,11 +959,15 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
     # lesson's second model's step included)
     primer = harness.resolve("00")
     sized = {**harness.declared_parameters(primer), **harness.size_params(primer, "ci")}
-    need = estimate(sized["MODEL"], sized["SEQ_LEN"], batch=64 * sized["BATCH"], loss="plain", dtype="fp32", device="cpu")
+    need = estimate(
+        sized["MODEL"], sized["SEQ_LEN"], batch=64 * sized["BATCH"], loss="plain", checkpointing=False, dtype="fp32", device="cpu"
+    )  # lesson 00 measures its step without checkpointing, as its schema says
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
     with pytest.raises(LongctxError, match=f"BATCH={64 * sized['BATCH']:,} is more than this machine can step"):
         harness._checked(primer, "ci", {"BATCH": 64 * sized["BATCH"], "TRAIN_SEQS": 64 * sized["BATCH"]})
-    bigger = estimate("qwen3-0.6b", sized["SEQ_LEN"], batch=sized["BATCH"], loss="plain", dtype="fp32", device="cpu")
+    bigger = estimate(
+        "qwen3-0.6b", sized["SEQ_LEN"], batch=sized["BATCH"], loss="plain", checkpointing=False, dtype="fp32", device="cpu"
+    )
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=bigger.peak_bytes - 1))
     with pytest.raises(LongctxError, match="MODEL=qwen3-0.6b is more than this machine can step"):  # another model
         harness._checked(primer, "ci", {"MODEL": "qwen3-0.6b"})
@@ -1006,6 +1012,13 @@ def test_a_derived_length_a_probe_and_a_widened_model_are_estimated_too(monkeypa
     )
     refused_at(need, "07", {"MLP_WIDTH": 65536}, "MLP_WIDTH=65,536 is more than this machine can step")
     assert capsys.readouterr().err.count("MLP_WIDTH=65,536 is another model") == 1  # three lengths, one model: said once
+    primer = {**harness.declared_parameters(harness.resolve("00")), **harness.size_params(harness.resolve("00"), "ci")}
+    every = 8 * primer["ACCUM_MICRO_BATCH"] * primer["ACCUM_STEPS"]  # the accumulation check's one step of them all
+    need = estimate(
+        primer["MODEL"], primer["SEQ_LEN"], batch=every, loss="plain", checkpointing=False, dtype="fp32", device="cpu"
+    )
+    values = {"ACCUM_MICRO_BATCH": 8 * primer["ACCUM_MICRO_BATCH"], "TRAIN_SEQS": every}
+    refused_at(need, "00", values, rf"ACCUM_MICRO_BATCH={8 * primer['ACCUM_MICRO_BATCH']} .*\(checkpointing off\) on {every} ×")
 
 
 def test_a_value_starting_with_a_dash_is_shown_joined_to_its_flag(capsys):

@@ -125,12 +125,16 @@ def test_out_of_memory_point_is_a_result_and_not_rerun(tmp_path, ename, evalue):
 
 
 def test_a_leftover_submitit_variable_outside_slurm_is_no_slurm_task_and_a_refusal_leaves_no_temporary(tmp_path, monkeypatch):
-    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # e.g. a shell inside an earlier job's environment
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # e.g. a shell inside a job: only what the sweep submits is a task
+    monkeypatch.setenv("SLURM_JOB_ID", "777")
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
     folder, point = tmp_path / "points" / "x", ("01_chunked_loss", "ci", {})
     done = harness.RunResult("01_chunked_loss", "ci", folder, None, {"results": {"peak": 1.0}}, 1.0)
     record = sweep.run_point(*point, str(folder), runner=lambda *a, **k: done)
     assert record["status"] == "ok" and "slurm_job" not in record
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's own Ctrl-C and SIGTERM handling stays
 
     def refused(*args, **kwargs):
         raise LongctxError("no")

@@ -82,7 +82,8 @@ def test_a_figure_keeps_the_previous_file(tmp_path, failing):
 
 @pytest.mark.slow
 @FAILURES
-def test_an_executed_notebook_is_never_left_cut_off(tmp_path, failing):
+def test_an_executed_notebook_is_never_left_cut_off(tmp_path, failing, monkeypatch):
+    monkeypatch.setattr(harness, "RUN_FREE_BYTES", 0)  # past the free-space check before the kernel: the write itself fails
     original = nbformat.read(harness.notebooks()["00_memory_primer"], as_version=4)
     params = next(c for c in original.cells if "parameters" in c.metadata.get("tags", []))
     mine = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell("print('x' * 200_000)")])
@@ -97,6 +98,15 @@ def test_an_executed_notebook_is_never_left_cut_off(tmp_path, failing):
         assert not (folder / "out" / path.name).exists() and _leftovers(folder) == []
 
 
-def test_an_output_where_no_folder_can_be_made_is_named_with_the_fix(tmp_path):
+def test_an_output_where_no_folder_can_be_made_is_named_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(harness, "RUN_FREE_BYTES", 0)  # (/proc has no free space to speak of)
     with pytest.raises(LongctxError, match=r"Could not write /proc/longctx-\w+: .*Choose an ordinary writable folder \(--out"):
         harness.run("01", "ci", out=f"/proc/longctx-{tmp_path.name}")  # a place that takes no folder
+
+
+def test_a_run_onto_a_nearly_full_disk_is_refused_before_the_kernel(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=harness.RUN_FREE_BYTES - 1))
+    with pytest.raises(LongctxError, match=r"MiB free; a run writes its executed notebook, .*Nothing was run"):
+        harness.run("01", "ci", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

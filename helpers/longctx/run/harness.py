@@ -5,6 +5,7 @@ swapped, so its code paths run on a CPU). Parameters and the machine are checked
 import ast
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -28,6 +29,7 @@ from longctx.run import needs, schema
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
+RUN_FREE_BYTES = 64 * 2**20  # free space a run needs at --out: the largest, 03 at cpu, writes 34 MiB
 OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
 TIMED_OUT = "TimedOut"  # NotebookFailed.ename of a run stopped at its time limit (needs.LIMIT_FACTOR, --timeout)
 _WIDGET = "application/vnd.jupyter.widget-view+json"  # a progress bar's output: saved stateless, a bar frozen at 0%
@@ -211,16 +213,21 @@ def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
 
 
 def _cpu_step(step: dict, name: str, values: dict) -> tuple[int, int, str, dict]:
-    """(length, batch, model, config changes) of the real CPU step that `x-cpu-step` describes for the length parameter
-    `name` (a list: its longest): `batch` names the batch's parameter; `trained` makes the length that many times the
-    model's trained length (a miniature's manifest, else the parameter named); `preset_config` maps config
-    fields to parameters, applied as the lessons apply them: to a preset, when not 0."""
-    length = max(values[name]) if isinstance(values[name], list) else values[name]
-    model = values[step["model"]]
+    """(length, batch, model, config changes) of the real CPU step that `x-cpu-step` describes for the parameter `name`:
+    its length is `length`'s value (default `name`'s; a list: its longest); `batch` names the batch's parameter, or a
+    list of them multiplied (micro-batch × accumulation); `trained` makes the length that many times the model's
+    trained length (a miniature's manifest, else the parameter named); `preset_config` maps config fields to
+    parameters, applied as the lessons apply them: to a preset, when not 0. (`checkpointing`: false for a step without.)"""
+    given = values[step.get("length", name)]
+    length, model = max(given) if isinstance(given, list) else given, values[step["model"]]
     if trained := step.get("trained"):
         length *= manifest(miniature(model))["trained_length"] if model in MINIATURES else values[trained]
     changes = {field: values[p] for field, p in step.get("preset_config", {}).items() if values[p] and model in PRESETS}
-    return length, values.get(step.get("batch"), 1), model, changes
+    return length, math.prod(values.get(b, 1) for b in _names(step.get("batch"))), model, changes
+
+
+def _names(given) -> list:
+    return given if isinstance(given, list) else [given] if given else []
 
 
 def _check_raised_length(notebook: str, size: str, params: dict) -> None:
@@ -241,21 +248,25 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
         (was, was_batch, *was_model), (length, batch, *model) = (_cpu_step(step, name, v) for v in (own, values))
         if length * batch <= was * was_batch and model == was_model:
             continue
-        changed = [n for n in (name, step.get("batch"), step.get("trained"), *step.get("preset_config", {}).values(),
-                               step["model"]) if n and own.get(n) != values.get(n)]  # fmt: skip
+        named = (step.get("length", name), *_names(step.get("batch")), step.get("trained"),
+                 *step.get("preset_config", {}).values(), step["model"])  # fmt: skip
+        changed = [n for n in dict.fromkeys(named) if n and own.get(n) != values.get(n)]
         raised = ", ".join(f"{n}={values[n]:,}" if type(values[n]) is int else f"{n}={values[n]}" for n in changed or [name])
         need = None
         with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
             spec, changes = model
             spec = str(miniature(spec)) if spec in MINIATURES else spec
             cfg = models.config(spec, **changes) if changes else spec
-            need = estimate(cfg, length, batch=batch, loss="plain", dtype=values.get("DTYPE", "fp32"), device="cpu")
+            kept = step.get("checkpointing", True)  # (a lesson's step without checkpointing says so)
+            dtype = values.get("DTYPE", "fp32")
+            need = estimate(cfg, length, batch=batch, loss="plain", checkpointing=kept, dtype=dtype, device="cpu")
         if need and need.peak_bytes > (free := psutil.virtual_memory().available):
+            how = "on" if kept else "off"
+            flags = "--device cpu --loss plain" + ("" if kept else " --no-checkpointing")
             raise LongctxError(
-                f"{notebook}: {raised} is more than this machine can step: the plain-loss step with checkpointing on "
-                f"{batch:,} × {length:,} tokens needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate "
-                f"--device cpu --loss plain`), and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller "
-                "batch or model, or a GPU size."
+                f"{notebook}: {raised} is more than this machine can step: the plain-loss step (checkpointing {how}) on "
+                f"{batch:,} × {length:,} tokens needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate {flags}`), "
+                f"and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller batch or model, or a GPU size."
             )
         more = (
             f"is {length * batch / (was * was_batch):.3g}× the {size} size's tokens a step"
@@ -299,6 +310,12 @@ def run(
     limit, limit_how = time_limit(notebook.stem, size, timeout)
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
+    where = next(p for p in [target, *target.parents] if p.exists())
+    if (free := shutil.disk_usage(where).free) < RUN_FREE_BYTES:  # a full disk would stop the run minutes in
+        raise LongctxError(
+            f"{where} has {free / 2**20:.1f} MiB free; a run writes its executed notebook, figures and trainer files there "
+            f"(up to {RUN_FREE_BYTES // 2**20} MiB). Free space, or give --out another disk. Nothing was run."
+        )
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
     if target.is_dir() and (other := next((p.name for p in target.glob("*.ipynb") if p.name != notebook.name), None)):

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from longctx.errors import LongctxError, is_power_of_two
 from longctx.lengths import parse_length
+from longctx.levers.rope import DEFAULT_BETA_SLOW
 from longctx.memory.cards import capacity
 from longctx.models import (
     PRESETS,
@@ -121,6 +122,9 @@ KEYWORDS = {
     "x-pad": lambda v, _: None
     if v in (None, "auto") or type(v) is int and v > 0
     else 'must be null, "auto" or a positive whole number',
+    "x-beta-fast": lambda v, _: None  # YaRN's beta_fast, beta_slow kept at transformers' default
+    if v is None or not _num(v) or v > DEFAULT_BETA_SLOW
+    else f"must be above beta_slow ({DEFAULT_BETA_SLOW:g}, transformers' default, which the lesson keeps)",
     "x-power-of-two": lambda v, _: None if is_power_of_two(v) else "must be a power of two (1, 2, 4, 8, ...)",
     "x-cpu-step": lambda v, _: None,  # a length of a real CPU step, its model and batch: run.harness._cpu_step reads it
 }
@@ -143,6 +147,9 @@ def _relations(params, relations):
         elif kind == "times_at_most" and all(_num(params.get(n)) for n in (name, *other)):
             if value * params[other[0]] > params[other[1]]:
                 why = f"× {other[0]}={params[other[0]]!r} must be at most {other[1]} ({params[other[1]]})"
+        elif kind == "divides" and _num(params.get(other[0])):  # e.g. a pad_to_multiple_of that max_length is a multiple of
+            bad = [v for v in (value if isinstance(value, list) else [value]) if type(v) is int and params[other[0]] % v]
+            why = f"has {bad[0]}, which does not divide {other[0]} ({params[other[0]]})" if bad else None
         elif kind == "cp_plan" and _num(value) and _num(params.get(other[1])) and isinstance(params.get(other[0]), str):
             why = _cp_plan(params[other[0]], params[other[1]], value)
         elif kind == "needed_unless" and not value and params.get(other[0]) != other[1]:

@@ -163,36 +163,44 @@ def _read_record(folder: Path) -> dict:
     return files.json_object(folder / "point.json") or {"status": "missing"}
 
 
-def run_point(notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None, timeout=None) -> dict:
+def slurm_task(*call) -> dict:
+    """run_point as a task of the sweep's SLURM array (what the sweep submits: a task is never guessed from the
+    environment, which a shell inside a job shares). SLURM warns a task of its time limit with SIGUSR2 (submitit's
+    --signal), up to a minute early: submitit would requeue a task it takes for preempted, and the kernel (which
+    inherits this) would die of it. SLURM's SIGTERM (scancel, Ctrl-C of the sweep, the time limit, a node going down)
+    also ends the kernel: the point is recorded as cancelled."""
+    stopped: list[int] = []
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    task, job = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_JOB_ID", "?")  # no task: a plain job
+    return run_point(*call, slurm=(f"{os.environ.get('SLURM_ARRAY_JOB_ID', job)}_{task}" if task else job, stopped))
+
+
+def run_point(
+    notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None, timeout=None, slurm=None
+) -> dict:  # fmt: skip
     """Execute one point into `folder` atomically, stopped after `timeout` minutes, and return its record (also
     written as point.json). Safe to call in another process (SLURM job, pool worker): one copy of a point runs at a
-    time (a requeued SLURM task beside a live one returns at once), and a finished point is never run again."""
+    time (a requeued SLURM task beside a live one returns at once), and a finished point is never run again.
+    `slurm`: (the task's job id, the signals SLURM sent it), from slurm_task."""
     folder = Path(folder)
     if is_done(folder, key, timeout):
         return _read_record(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(folder.with_name(f".{folder.name}.lock"), timeout=0):
-            return _run_point(notebook, size, params, folder, runner, key, timeout)
+            return _run_point(notebook, size, params, folder, runner, key, timeout, slurm)
     except Timeout:
         return {"status": "running elsewhere"}
 
 
-def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> dict:
+def _run_point(notebook, size, params, folder: Path, runner, key, timeout, slurm) -> dict:
     tmp = _temporary(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     record = {"notebook": notebook, "size": size, "params": params, "key": key}
-    stopped: list[int] = []
-    # a task of the sweep's array (submitit's variable alone may be a shell's leftover: SLURM's says it is a job)
-    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "SLURM_JOB_ID" in os.environ:
-        task, job = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ["SLURM_JOB_ID"]  # no task: one point, a plain job
-        record["slurm_job"] = f"{os.environ.get('SLURM_ARRAY_JOB_ID', job)}_{task}" if task else job  # where its log is
-        # SLURM warns a task of its time limit with SIGUSR2 (submitit's --signal), up to a minute early: submitit
-        # would requeue a task it takes for preempted, and the kernel (which inherits this) would die of it
-        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-        # SLURM's SIGTERM (scancel, Ctrl-C of the sweep, the time limit, a node going down) also ends the kernel
-        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
+    if slurm:
+        record["slurm_job"] = slurm[0]  # where its log is
     try:
         result = (runner or harness.run)(notebook, size, params, out=tmp, progress=False, timeout=timeout)
         record.update(status="ok", seconds=result.seconds, results=result.results.get("results", {}))
@@ -201,7 +209,7 @@ def _run_point(notebook, size, params, folder: Path, runner, key, timeout) -> di
         died = exc.ename == "DeadKernelError"  # killed, not for memory; retried by the next run, like an error
         status = "timed out" if exc.ename == harness.TIMED_OUT else "oom" if oom else "died" if died else "error"
         error = f"{exc.ename}: {exc.evalue}"
-        if stopped and status == "died":  # sacct says which of SLURM's reasons, when the sweep is watching
+        if slurm and slurm[1] and status == "died":  # sacct says which of SLURM's reasons, when the sweep is watching
             status, error = "cancelled", f"stopped by SLURM's SIGTERM; {error}"
         record.update(status=status, error=error, limit_minutes=timeout)
     except BaseException:  # a refusal, Ctrl-C: no record, and no temporary left beside the points
@@ -341,7 +349,7 @@ def _on_the_cluster(sweep: Sweep, options: dict, calls: list[tuple], bar: dict) 
     ex.update_parameters(**slurm.parameters(options, f"longctx-{sweep.notebook}"))
     folders = [Path(call[3]) for call in calls]
     before = {folder: _stamp(folder) for folder in folders}  # an earlier attempt's record is not this one's
-    array = slurm.submit(ex, run_point, calls, sweep.out)
+    array = slurm.submit(ex, slurm_task, calls, sweep.out)
     tqdm.write(
         f"SLURM job array {array}: {len(calls)} task(s), one per point (`squeue -j {array}`, `sacct -j {array}`); "
         f"their logs in {logs}/{array}{'_<task>' if len(calls) > 1 else ''}/, each point's notebook and record in "
