@@ -74,7 +74,8 @@ def atomic(path: Path):
 def _writable(out: str | Path) -> Path:
     out = user_path(out, "--out", resolve=True, room=OUT_ROOM)
     if out.exists() and not out.is_dir():
-        raise LongctxError(f"{out} is a file, not a folder; choose a folder for the output.")
+        what = "a file" if out.is_file() else "not a folder (a FIFO, a device or a socket)"
+        raise LongctxError(f"{out} is {what}; choose a folder for the output.")
     parent = out if out.exists() else next((p for p in out.parents if p.exists()), Path("/"))
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):  # EROFS too, even for root
         raise LongctxError(f"{parent} is not a writable folder; choose another output folder.")
