@@ -391,6 +391,8 @@ def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
         ("00", "BATCH=65", "BATCH=65 must be at most TRAIN_SEQS"),
         ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
         ("04", "FULL_CP=128", "FULL_CP=128 cannot split qwen3-4b's .* at most 64 GPUs"),  # the lesson's plan check
+        ("04", "FULL_CP=0", "FULL_CP=0 must be at least 2"),  # (a relation dividing by it is not reached)
+        ("03", "HOST_GPUS=0", "HOST_GPUS=0 must be a power of two"),
         ("05", "RUN_PADS=[64,100]", r"RUN_PADS=\[64, 100\] has 100, which does not divide MAX_LENGTH"),
         ("02", "BETA_FAST=0.5", r"BETA_FAST=0.5 must be above beta_slow \(1, transformers' default"),
         ("06", "GPUS=6", "power of two"),

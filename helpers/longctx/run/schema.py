@@ -139,7 +139,7 @@ def _relations(params, relations):
             why = f"must be at most {other[0]} ({params[other[0]]})"
         elif kind == "cp_multiple_of":  # context parallelism over N ranks cuts the sequence into 2·N chunks
             given = params.get(other[0])
-            step = 2 * max([r for r in (given if isinstance(given, list) else [given]) if _num(r)] or [1])
+            step = 2 * max([r for r in (given if isinstance(given, list) else [given]) if _num(r) and r > 0] or [1])
             named = f"the largest of {other[0]}" if isinstance(given, list) else other[0]
             bad = [v for v in (value if isinstance(value, list) else [value]) if _num(v) and v % step]
             why = f"must be a multiple of 2 × {named} = {step}" if bad else None
@@ -148,7 +148,9 @@ def _relations(params, relations):
             if value * params[other[0]] > params[other[1]]:
                 why = f"× {other[0]}={params[other[0]]!r} must be at most {other[1]} ({params[other[1]]})"
         elif kind == "divides" and _num(params.get(other[0])):  # e.g. a pad_to_multiple_of that max_length is a multiple of
-            bad = [v for v in (value if isinstance(value, list) else [value]) if type(v) is int and params[other[0]] % v]
+            bad = [
+                v for v in (value if isinstance(value, list) else [value]) if type(v) is int and v > 0 and params[other[0]] % v
+            ]
             why = f"has {bad[0]}, which does not divide {other[0]} ({params[other[0]]})" if bad else None
         elif kind == "cp_plan" and _num(value) and _num(params.get(other[1])) and isinstance(params.get(other[0]), str):
             why = _cp_plan(params[other[0]], params[other[1]], value)
