@@ -260,6 +260,23 @@ def test_longctx_data_never_writes_through_a_link_nor_reads_a_fifo(data_copy, tm
         data.token_stream("validation")
 
 
+def test_a_damaged_token_cache_is_named_before_a_kernel_and_pretrain_never_writes_through_a_link(data_copy, tmp_path_factory):
+    from longctx.levers import base_model
+
+    data.check_caches()
+    cache = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
+    raw = bytearray(cache.read_bytes())
+    raw[-1] ^= 0xFF  # the last id turns negative
+    cache.write_bytes(bytes(raw))
+    with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: changed. `longctx data --force`"):
+        data.check_caches()
+    theirs = tmp_path_factory.mktemp("theirs")
+    (data_copy / "yarn-base").symlink_to(theirs)  # pretrain's default --out, linked to someone's folder
+    with pytest.raises(LongctxError, match="yarn-base is a link"):
+        base_model.pretrain(force=True, steps=1, batch=1, progress=False)
+    assert list(theirs.iterdir()) == []
+
+
 def test_a_hidden_file_or_a_folder_beside_the_books_is_not_a_book(data_copy):
     corpus = data.data_dir() / "corpus"  # (the copy's: the user's data/ is never written by a test)
     before = [b.name for b in data.books("train")]

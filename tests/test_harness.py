@@ -393,6 +393,7 @@ def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
         ("04", "FULL_CP=128", "FULL_CP=128 cannot split qwen3-4b's .* at most 64 GPUs"),  # the lesson's plan check
         ("04", "FULL_CP=0", "FULL_CP=0 must be at least 2"),  # (a relation dividing by it is not reached)
         ("03", "HOST_GPUS=0", "HOST_GPUS=0 must be a power of two"),
+        ("08", "BATCH_SIZES=[1024]", r"BATCH_SIZES=\[1024\] has 1024, over N_DOCS"),  # (0 of 0 padded: NaN)
         ("05", "RUN_PADS=[64,100]", r"RUN_PADS=\[64, 100\] has 100, which does not divide MAX_LENGTH"),
         ("02", "BETA_FAST=0.5", r"BETA_FAST=0.5 must be above beta_slow \(1, transformers' default"),
         ("06", "GPUS=6", "power of two"),
@@ -481,6 +482,7 @@ def test_a_nested_metric_typo_is_refused_after_the_first_finished_point(tmp_path
         (["--learning-rate", "nan"], "--learning-rate must be a positive finite number"),
         (["--learning-rate", "7"], "--learning-rate must be at most 1"),  # weights overflow past it
         (["--rope-theta", "0"], "--rope-theta must be a positive finite number"),
+        (["--rope-theta", "0.5"], "--rope-theta must be above 1"),  # no position told apart: losses of 0 teach nothing
         (["--steps", "0"], "--steps must be an integer ≥ 1"),
         (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),
         (["--preset", "bogus"], "Unknown model preset 'bogus'"),
@@ -694,6 +696,10 @@ def _data_folder_is_a_file(tmp_path, monkeypatch):
 
 
 WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 4194304, "num_attention_heads": 8}'
+MAMBA_LAYERS = (  # transformers reads "mamba" as linear_attention, which Qwen3 has no layer for
+    '{"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, '
+    '"layer_types": ["mamba", "mamba"]}'
+)
 SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in the traced step
     '{"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
     '"layer_types": ["sliding_attention", "full_attention"], "sliding_window": null}'
@@ -718,6 +724,10 @@ SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in th
             "text_config is a plain set of settings: a qwen3 config is no multimodal one",
         ),
         (
+            lambda t, m: ["estimate", "--model", _write(t, "mamba.json", MAMBA_LAYERS), "--seq-len", "1k"],
+            "layer_types hold 'linear_attention' layers, which qwen3 does not build",
+        ),
+        (
             lambda t, m: ["estimate", "--model", _write(t, "sw.json", SLIDING_WITHOUT_WINDOW), "--seq-len", "1k"],
             "sliding-attention layers .* but no sliding_window",
         ),
@@ -740,6 +750,7 @@ SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in th
         "config-that-is-a-list",
         "config-wider-than-any-model",
         "text-config-its-family-lacks",
+        "layers-the-family-does-not-build",
         "sliding-layers-without-a-window",
         "more-cp-ranks-than-tokens",
         "more-cp-ranks-than-an-estimate-traces",

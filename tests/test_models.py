@@ -84,8 +84,10 @@ def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_mu
     (snapshot / "config.json").write_text(json.dumps(models.config("tiny").to_dict()))
     with pytest.raises(LongctxError, match="Loading its weights needs acme/half from the hub, but .* cannot be reached"):
         schema.check("00_memory_primer", {"MODEL": "acme/half"})
-    (snapshot / "model.safetensors").write_bytes(b"")  # (what is in it is transformers' to read)
+    (snapshot / "model.safetensors").write_bytes(b"not safetensors")
     assert models.cached_weights("acme/half")
+    with pytest.raises(LongctxError, match="holds weights it cannot use: .*model.safetensors cannot be read as safetensors"):
+        schema.check("00_memory_primer", {"MODEL": "acme/half"})  # a cached snapshot is checked as a local folder
     # a cached config is checked as a local one is, where a lesson estimates it (x-config): before the kernel
     settings = {**models.config("tiny").to_dict(), "vocab_size": 2**40}
     (snapshot / "config.json").write_text(json.dumps(settings))

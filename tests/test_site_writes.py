@@ -255,10 +255,14 @@ def test_an_edited_lesson_is_refused_and_a_script_in_an_output_is_escaped(tmp_pa
     nb = nbformat.read(run, as_version=4)
     html = "<table><tr><td>kept</td></tr></table><script>alert(1)</script>"  # a pandas table, and what no output holds
     output = nbformat.v4.new_output("display_data", data={"text/plain": "a table", "text/html": html})
-    next(c for c in nb.cells if c.cell_type == "code").outputs = [output]
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    sized = {"image/png": {"width": 4, "height": "1 onload=alert(2)"}}  # nbconvert writes the size unquoted
+    image = nbformat.v4.new_output("display_data", data={"image/png": png}, metadata=sized)
+    next(c for c in nb.cells if c.cell_type == "code").outputs = [output, image]
     nbformat.write(nb, run)
     page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
     assert "<td>kept</td>" in page and "<script>alert(1)</script>" not in page  # nbconvert's SanitizeHTML (bleach)
+    assert "onload" not in page and 'width="4"' in page  # an image's size kept when it is a number
     nb.cells[0].source += "\n\n[more](javascript:alert(1))"  # the lesson's text edited: it would be shown as the lesson's
     nbformat.write(nb, run)
     with pytest.raises(LongctxError, match=f"{FIRST}.ipynb's cell 1 is not the lesson's as committed"):

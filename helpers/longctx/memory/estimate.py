@@ -70,6 +70,11 @@ def check_model(cfg) -> None:
         raise LongctxError(f"The config has {experts} experts; a mixture-of-experts model needs at least one (fix config.json).")
     if experts and isinstance(per_token, int) and not 0 < per_token <= experts:
         raise LongctxError(f"The config routes each token to {per_token} of {experts} experts; fix num_experts_per_tok.")
+    from transformers.configuration_utils import ALLOWED_LAYER_TYPES
+
+    if unknown := sorted(set(getattr(text, "layer_types", None) or ()) - set(ALLOWED_LAYER_TYPES)):
+        raise LongctxError(f"The config's layer_types name {', '.join(map(repr, unknown))}, which transformers does not know "
+                           f"(it knows {', '.join(ALLOWED_LAYER_TYPES)}); fix config.json.")  # fmt: skip
     if "sliding_attention" in (getattr(text, "layer_types", None) or ()) and not getattr(text, "sliding_window", None):
         raise LongctxError("The config has sliding-attention layers (layer_types, use_sliding_window) but no sliding_window: "
                            "set the window, or make those layers full_attention (fix config.json).")  # fmt: skip
@@ -406,6 +411,10 @@ def estimate(
         raise
     except Exception as exc:  # transformers' own code refusing the config that every check above passed
         why = " ".join(str(exc).split())[:240]
+        if isinstance(exc, KeyError) and exc.args and exc.args[0] in (getattr(text, "layer_types", None) or ()):
+            kind = text.model_type  # transformers reads its legacy names as new ones ("mamba" as linear_attention)
+            raise LongctxError(f"The config's layer_types hold {exc.args[0]!r} layers, which {kind} does not build: "
+                               "fix layer_types in config.json.") from None  # fmt: skip
         raise LongctxError(
             f"transformers cannot run a step of this config ({type(exc).__name__}: {why}); fix config.json."
         ) from None

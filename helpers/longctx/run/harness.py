@@ -301,7 +301,7 @@ def run(
 ) -> RunResult:  # fmt: skip
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/), stopped with everything it
     started after `timeout` minutes (default: time_limit's)."""
-    from longctx.data import require_corpus
+    from longctx.data import check_caches, require_corpus
 
     check_choice("size", size, SIZES)
     check_timeout(timeout)
@@ -309,6 +309,7 @@ def run(
     params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in _checked(notebook, size, overrides).items()}
     limit, limit_how = time_limit(notebook.stem, size, timeout)
     require_corpus()  # every size reads the corpus; a notebook never downloads it
+    check_caches()  # nor builds its caches again; a damaged one is named here, not minutes into the kernel
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     where = next(p for p in [target, *target.parents] if p.exists())
     if (free := shutil.disk_usage(where).free) < RUN_FREE_BYTES:  # a full disk would stop the run minutes in

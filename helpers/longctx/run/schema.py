@@ -16,6 +16,7 @@ from longctx.memory.cards import capacity
 from longctx.models import (
     PRESETS,
     cached_config,
+    cached_weights,
     check_entries,
     check_fetchable,
     check_tokenizer,
@@ -56,8 +57,13 @@ def _card(value, context):
 
 
 def _weights(value, context):
-    if context["weights"] and isinstance(value, str) and cached_config(value):  # the hub's: its weights must come too
+    if context["weights"] and isinstance(value, str) and (cached := cached_config(value)):  # the hub's: its weights too
         check_fetchable({value: "weights"}, "Loading its weights")
+        if cached_weights(value):  # checked as a local folder's are (its snapshot is one)
+            try:
+                check_weights(cached.parent)
+            except LongctxError as exc:
+                return f"holds weights it cannot use: {str(exc).rstrip('.')}"
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
             if (path := user_path(value, "The model")).is_dir():
@@ -135,8 +141,10 @@ def _relations(params, relations):
     for rel in relations or ():  # an empty `x-relations:` reads as null
         [(kind, (name, *other))] = rel.items()  # one relation: its kind, its parameter, and what it relates that to
         value, why = params.get(name), None
-        if kind == "at_most" and _num(value) and _num(params.get(other[0])) and value > params[other[0]]:
-            why = f"must be at most {other[0]} ({params[other[0]]})"
+        largest = max([v for v in value if _num(v)] or [0]) if isinstance(value, list) else value  # a list: its largest
+        if kind == "at_most" and _num(largest) and _num(params.get(other[0])) and largest > params[other[0]]:
+            limit = f"{other[0]} ({params[other[0]]})"
+            why = f"must be at most {limit}" if largest is value else f"has {largest}, over {limit}"
         elif kind == "cp_multiple_of":  # context parallelism over N ranks cuts the sequence into 2·N chunks
             given = params.get(other[0])
             step = 2 * max([r for r in (given if isinstance(given, list) else [given]) if _num(r) and r > 0] or [1])

@@ -171,6 +171,12 @@ def _edited_cell(nb, name: str) -> int | None:
     return next((i + 1 for i, (a, b) in enumerate(itertools.zip_longest(ran, lesson)) if a != b), None)
 
 
+def _numbers_only(metadata: dict) -> dict:
+    """An output's metadata with only its numbers and flags kept (nested by MIME type)."""
+    kept = {k: _numbers_only(v) if isinstance(v, dict) else v for k, v in metadata.items()}
+    return {k: v for k, v in kept.items() if isinstance(v, (dict, bool, int, float))}
+
+
 def _unlike(value, schema: dict, what: str) -> str | None:
     """How `value` differs from `schema` (jsonschema's most telling error), or None."""
     import jsonschema
@@ -245,6 +251,9 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
     for cell in nb.cells:  # an output's HTML (a pandas table) kept, a script or an event handler in it escaped
         if cell.cell_type == "code":
             cell.outputs = clean.sanitize_code_outputs(cell.outputs)
+            for output in cell.outputs:  # an image's width and height are numbers: text there reaches <img> unquoted
+                if "metadata" in output:
+                    output.metadata = _numbers_only(output.metadata)
     results = files.json_object(executed.parent / "results.json")  # (checked by _checked_run)
     # shown as code, never as Markdown or HTML (a hand-edited field could carry a link or a script)
     versions = "`" + ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())).replace("`", "'") + "`"
