@@ -112,31 +112,27 @@ def is_local_config(path: Path) -> bool:
     return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
 
 
-def cached_config(spec: str) -> Path | None:
-    """A hub id's config.json in the hub cache (huggingface_hub's own lookup), or None: not cached, or no hub id."""
+def cached_config(spec: str, name: str = "config.json") -> Path | None:
+    """A hub id's file (its config.json) in the hub cache (huggingface_hub's own lookup), or None: not cached, or no
+    hub id."""
     if not HUB_ID.match(spec) or Path(spec).exists():
         return None
     from huggingface_hub import constants, try_to_load_from_cache
 
-    found = try_to_load_from_cache(spec, "config.json", cache_dir=constants.HF_HUB_CACHE)
+    found = try_to_load_from_cache(spec, name, cache_dir=constants.HF_HUB_CACHE)
     return Path(found) if isinstance(found, str) else None
 
 
 def cached_weights(spec: str) -> bool:
     """Whether the hub cache holds what from_pretrained loads of a hub id: its config and its safetensors (the index's
     every shard)."""
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    def cached(name: str) -> Path | None:
-        found = try_to_load_from_cache(spec, name, cache_dir=constants.HF_HUB_CACHE)
-        return Path(found) if isinstance(found, str) else None
-
     if cached_config(spec) is None:
         return False
-    if cached("model.safetensors"):
+    if cached_config(spec, "model.safetensors"):
         return True
-    shards = set(((json_object(index) or {}).get("weight_map") or {}).values()) if (index := cached(WEIGHTS_INDEX)) else set()
-    return bool(shards) and all(isinstance(n, str) and cached(n) for n in shards)
+    index = cached_config(spec, WEIGHTS_INDEX)
+    shards = set(((json_object(index) or {}).get("weight_map") or {}).values()) if index else set()
+    return bool(shards) and all(isinstance(n, str) and cached_config(spec, n) for n in shards)
 
 
 def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
