@@ -48,6 +48,22 @@ def test_census_reads_the_trainers_collator(tmp_path):
     assert len(shapes[32]) <= len(shapes[None])
 
 
+@pytest.mark.parametrize("batch", [2, 64])
+def test_the_compile_probes_two_batches_are_two_shapes_at_any_batch_size(tmp_path, batch):
+    """Lesson 05's probe, read in order: drawn at random, 64 rows of 8 to 16 tokens padded both batches to 16."""
+    rows = data.probe_batches(batch, 8, 16, seed=1)
+    cfg = TrainConfig(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=batch,
+        max_length=16,
+        extra={"train_sampling_strategy": "sequential", "disable_tqdm": True},
+    )
+    census = padding.shape_census(make_trainer(models.load("tiny"), rows, cfg, processing_class=data.tokenizer()), 2)
+    assert [shape[1] for shape in census.shapes] == [16, max(map(len, rows["input_ids"][batch:]))]  # in order
+    assert min(map(len, rows["input_ids"])) >= 8
+
+
 def test_counter_counts_one_compile_per_shape_with_dynamic_shapes_off():
     fn = torch.compile(lambda x: (x * 2).sum(), backend="eager")
     with compiling.compile_settings(fresh_cache=False), compiling.CompileCounter() as counter:

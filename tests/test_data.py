@@ -270,6 +270,11 @@ def test_a_damaged_token_cache_is_named_before_a_kernel_and_pretrain_never_write
     cache.write_bytes(bytes(raw))
     with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: changed. `longctx data --force`"):
         data.check_caches()
+    cache.write_bytes(bytes(raw[:-1]) + bytes([raw[-1] ^ 0xFF]))  # put back
+    shard = next((data_copy / data.PARQUET_DIR / "data").glob("train-*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:100])  # the parquet copy a rehearsal reads through `datasets`, cut
+    with pytest.raises(LongctxError, match=rf"{data.PARQUET_DIR}/data/{shard.name}: changed"):
+        data.check_caches()
     theirs = tmp_path_factory.mktemp("theirs")
     (data_copy / "yarn-base").symlink_to(theirs)  # pretrain's default --out, linked to someone's folder
     with pytest.raises(LongctxError, match="yarn-base is a link"):

@@ -183,7 +183,7 @@ def test_a_claimed_folder_is_reused_only_as_the_claim_left_it(tmp_path):
     forged.mkdir()
     (forged / ".longctx-run.json").write_text('["x"]')
     (forged / "results.json").write_text("precious")
-    with pytest.raises(LongctxError, match=r"did not write \(results.json\)"):
+    with pytest.raises(LongctxError, match=r"did not write \(.longctx-run.json, results.json\)"):  # its marker too
         files.claim_folder(forged, "run")
     assert (forged / "results.json").read_text() == "precious"
 
@@ -383,13 +383,17 @@ def test_two_points_at_once_only_the_oom_killed_one_is_oom(tmp_path):
         ("03", "TIMED_STEPS=1", "TIMED_STEPS=1 must be at least 2"),
         ("04", "RANKS=[2]", "must contain 1"),
         ("04", "RANKS=[]", "must not be empty"),
+        ("04", "RANKS=[1,2,2]", r"RANKS=\[1, 2, 2\] must not repeat a value"),  # (two launches of 2; one point drawn)
+        ("02", "PROBE_DEPTHS=[0.5,0.5]", "must not repeat a value"),
+        ("02", "FT_WINDOWS=90000", r"FT_WINDOWS=90,000 is more than this machine can step: .* past the [\d,]+ longctx estimates"),
+        ("07", "SHARDS=[4,40000]", r"SHARDS=\[4, 40000\] has 40000, over SEQ_LEN"),  # (torch.chunk: one token a shard)
         ("04", "RANKS=[1,64]", "asks for 64 processes"),
         ("00", "OVERFIT_STEPS=0", "must be positive"),
         ("00", "LEARNING_RATE=nan", "must be a finite number"),
         ("00", "EVAL_EVERY=500", "must be at most OVERFIT_STEPS"),
         ("00", "ACCUM_STEPS=64", r"ACCUM_MICRO_BATCH=\d+ × ACCUM_STEPS=64 must be at most TRAIN_SEQS"),  # (fewer, unsaid)
         ("00", "BATCH=65", "BATCH=65 must be at most TRAIN_SEQS"),
-        ("05", "MIN_LEN=600", "must be at most MAX_LENGTH"),
+        ("05", "MIN_LEN=600", "must be below MAX_LENGTH"),
         ("04", "FULL_CP=128", "FULL_CP=128 cannot split qwen3-4b's .* at most 64 GPUs"),  # the lesson's plan check
         ("04", "FULL_CP=0", "FULL_CP=0 must be at least 2"),  # (a relation dividing by it is not reached)
         ("03", "HOST_GPUS=0", "HOST_GPUS=0 must be a power of two"),
@@ -964,9 +968,9 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
         harness.run("01", "ci", {"SEQ_LEN": 4 * ci}, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()  # refused before its folder or a kernel
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need))
-    harness._checked(notebook, "ci", {"SEQ_LEN": 4 * ci})  # it fits: the run is told its time limit stays the size's
+    harness.checked_run(notebook, "ci", {"SEQ_LEN": 4 * ci})  # it fits: the run is told its time limit stays the size's
     assert f"SEQ_LEN={4 * ci:,} is 4× the ci size's tokens a step; it may run past" in capsys.readouterr().err
-    harness._checked(notebook, "ci", {"SEQ_LEN": ci})  # the size's own length: nothing to check, nothing said
+    harness.checked_run(notebook, "ci", {"SEQ_LEN": ci})  # the size's own length: nothing to check, nothing said
     assert capsys.readouterr().err == ""
     # the batch counts (lesson 00's step is BATCH sequences of SEQ_LEN), and every length the schema marks so (a
     # lesson's second model's step included)
@@ -977,19 +981,19 @@ def test_a_length_past_the_machines_memory_is_refused_before_the_kernel(tmp_path
     )  # lesson 00 measures its step without checkpointing, as its schema says
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
     with pytest.raises(LongctxError, match=f"BATCH={64 * sized['BATCH']:,} is more than this machine can step"):
-        harness._checked(primer, "ci", {"BATCH": 64 * sized["BATCH"], "TRAIN_SEQS": 64 * sized["BATCH"]})
+        harness.checked_run(primer, "ci", {"BATCH": 64 * sized["BATCH"], "TRAIN_SEQS": 64 * sized["BATCH"]})
     bigger = estimate(
         "qwen3-0.6b", sized["SEQ_LEN"], batch=sized["BATCH"], loss="plain", checkpointing=False, dtype="fp32", device="cpu"
     )
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=bigger.peak_bytes - 1))
     with pytest.raises(LongctxError, match="MODEL=qwen3-0.6b is more than this machine can step"):  # another model
-        harness._checked(primer, "ci", {"MODEL": "qwen3-0.6b"})
+        harness.checked_run(primer, "ci", {"MODEL": "qwen3-0.6b"})
     declared = harness.declared_parameters(notebook)
     longer = 4 * {**declared, **harness.size_params(notebook, "ci")}["CHECK_LEN"]
     check = estimate(declared["CHECK_MODEL"], longer, loss="plain", dtype="fp32", device="cpu")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=check.peak_bytes - 1))
     with pytest.raises(LongctxError, match=f"CHECK_LEN={longer:,} is more than this machine can step"):
-        harness._checked(notebook, "ci", {"CHECK_LEN": longer})
+        harness.checked_run(notebook, "ci", {"CHECK_LEN": longer})
 
 
 def test_a_derived_length_a_probe_and_a_widened_model_are_estimated_too(monkeypatch, capsys):
@@ -1006,9 +1010,9 @@ def test_a_derived_length_a_probe_and_a_widened_model_are_estimated_too(monkeypa
     def refused_at(need, notebook, values, match):
         monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes - 1))
         with pytest.raises(LongctxError, match=match):
-            harness._checked(harness.resolve(notebook), "ci", values)
+            harness.checked_run(harness.resolve(notebook), "ci", values)
         monkeypatch.setattr(psutil, "virtual_memory", lambda: memory._replace(available=need.peak_bytes))
-        harness._checked(harness.resolve(notebook), "ci", values)  # the step fits: the run goes on, told so
+        harness.checked_run(harness.resolve(notebook), "ci", values)  # the step fits: the run goes on, told so
 
     yarn = {**harness.declared_parameters(harness.resolve("02")), **harness.size_params(harness.resolve("02"), "ci")}
     wanted = 64 * trained_length(harness.miniature("base"))
@@ -1032,6 +1036,28 @@ def test_a_derived_length_a_probe_and_a_widened_model_are_estimated_too(monkeypa
     )
     values = {"ACCUM_MICRO_BATCH": 8 * primer["ACCUM_MICRO_BATCH"], "TRAIN_SEQS": every}
     refused_at(need, "00", values, rf"ACCUM_MICRO_BATCH={8 * primer['ACCUM_MICRO_BATCH']} .*\(checkpointing off\) on {every} ×")
+
+
+def test_a_loss_head_cut_into_too_many_tiles_is_refused_with_the_tile_that_fits(tmp_path):
+    """Each fused-head tile is a turn of TRL's Python loop: a tile of 3 vocabulary columns ran lesson 01 at the ci size
+    into its 6-minute limit. The step's tile count is refused before the kernel, naming a tile size that fits."""
+    from longctx import models
+
+    notebook = harness.resolve("03")
+    sized = {**harness.declared_parameters(notebook), **harness.size_params(notebook, "ci")}
+    tokens, vocab = max(sized["CPU_LENGTHS"] + [sized["SEQ_LEN"]]), models.config(sized["MODEL"]).vocab_size
+    with pytest.raises(LongctxError, match=r"TILE_TOKENS=1 and TILE_VOCAB=.* raise TILE_TOKENS to at least (\d+)\.") as err:
+        harness.run("03", "ci", {"TILE_TOKENS": 1}, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    fits = int(re.search(r"at least (\d+)", str(err.value))[1])
+    assert -(-tokens // fits) * -(-vocab // sized["TILE_VOCAB"]) <= harness.MAX_TILES  # the size it names fits
+    assert -(-tokens // (fits - 1)) * -(-vocab // sized["TILE_VOCAB"]) > harness.MAX_TILES  # and is the least that does
+    harness.checked_run(notebook, "ci", {"TILE_TOKENS": fits})
+    with pytest.raises(LongctxError, match="raise TILE_VOCAB to at least"):  # a step of many rows: the columns fit it
+        harness.checked_run(notebook, "ci", {"TILE_TOKENS": 2, "TILE_VOCAB": 2})
+    for size in ("ci", "cpu", "rehearsal"):  # the sizes' own tiles are within the bound
+        for name in ("01", "03", "07"):
+            harness.checked_run(harness.resolve(name), size)
 
 
 def test_a_value_starting_with_a_dash_is_shown_joined_to_its_flag(capsys):

@@ -90,3 +90,23 @@ def test_the_default_output_folder_is_claimed_like_any_other(tmp_path):
     assert files.claim_folder(default, "run") == default.resolve()
     (default / "results.json").write_text("{}")  # what the run wrote
     assert files.claim_folder(default, "run") == default.resolve()
+
+
+@pytest.mark.parametrize("target", ["a-users-file", "nothing-yet"])
+def test_a_link_named_as_the_marker_is_the_users_and_never_written_through(tmp_path, target):
+    """A folder whose only entry is a link with the marker's name is not the command's (a run, a sweep, pretrain and
+    figures wrote their marker through such a link into the file it named, or made it), and `--force` replaces the
+    link itself."""
+    elsewhere = tmp_path / "elsewhere.txt"
+    if target == "a-users-file":
+        elsewhere.write_text("the user's")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / files.MARKER.format("run")).symlink_to(elsewhere)
+    with pytest.raises(LongctxError, match=r"did not write \(.longctx-run.json\)"):
+        files.claim_folder(out, "run")
+    with pytest.raises(LongctxError, match=r"is not empty \(.longctx-run.json\)"):
+        files.check_out(out, "run", writes={"model.safetensors"}, replace_own=False)
+    files.mark_claimed(out, "run")  # what --force goes on to: the link replaced, its target untouched
+    assert not (out / files.MARKER.format("run")).is_symlink() and files.claimed(out, "run")
+    assert elsewhere.read_text() == "the user's" if target == "a-users-file" else not elsewhere.exists()

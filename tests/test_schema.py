@@ -126,6 +126,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "tokenizer-link",
         "no-tokenizer",
         "more-ids",
+        "70000-layers",
     ],
 )
 def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_path, damage):
@@ -179,6 +180,10 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
         for file in folder.glob("tokenizer*"):
             file.unlink()
         why = r"holds no tokenizer: \w+ reads its vocabulary from .*tokenizer.json, and none is there"
+    elif damage == "70000-layers":  # refused before its model is built: the shapes alone took 90 s
+        settings = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**settings, "num_hidden_layers": 70000, "layer_types": None}))
+        why = r"num_hidden_layers is 70,000: over the 1,024 longctx takes"
     else:  # a vocabulary smaller than the tokenizer's ids: the embedding would be indexed out of range
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "vocab_size": 1000}))
@@ -226,7 +231,8 @@ def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(no
 
 def test_the_padding_lessons_lengths_are_bounded_by_its_schema():  # data.varied_sequences trusts them
     for bad, fragment in (
-        ({"MIN_LEN": 200, "MAX_LENGTH": 100}, "MIN_LEN=200 must be at most MAX_LENGTH"),
+        ({"MIN_LEN": 200, "MAX_LENGTH": 100}, "MIN_LEN=200 must be below MAX_LENGTH"),
+        ({"MIN_LEN": 100, "MAX_LENGTH": 100}, r"MIN_LEN=100 must be below MAX_LENGTH \(100\)"),  # one length, one shape
         ({"N_EXAMPLES": 0}, "N_EXAMPLES=0 must be positive"),
     ):
         with pytest.raises(LongctxError, match=fragment):

@@ -267,3 +267,30 @@ def test_an_edited_lesson_is_refused_and_a_script_in_an_output_is_escaped(tmp_pa
     nbformat.write(nb, run)
     with pytest.raises(LongctxError, match=f"{FIRST}.ipynb's cell 1 is not the lesson's as committed"):
         build(tmp_path / "site", {FIRST: run})
+
+
+def test_only_the_cell_papermill_injects_for_the_recorded_parameters_is_taken_beside_the_lessons(tmp_path, run):
+    """A cell tagged `injected-parameters` is taken only where papermill puts it and as it writes the recorded
+    parameters: another such cell (code or markdown), an edited one or an attachment would be shown as the lesson's."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    nb = load_notebook_node(str(run))  # as papermill reads it (every cell given its tags)
+    nb = parameterize_notebook(nb, {"SEQ_LEN": 40, "MODEL": "tiny"})  # papermill's own cell, as a run gets it
+    nbformat.write(nb, run)
+    build(tmp_path / "site", {FIRST: run})
+    at = next(i for i, c in enumerate(nb.cells) if "injected-parameters" in c.metadata.get("tags", []))
+
+    def refused(change, cell):
+        damaged = nbformat.read(run, as_version=4)
+        change(damaged)
+        nbformat.write(damaged, tmp_path / "damaged.ipynb")
+        shutil.copy(tmp_path / "damaged.ipynb", run.parent / "shown.ipynb")
+        with pytest.raises(LongctxError, match=f"cell {cell} is not the lesson's as committed"):
+            build(tmp_path / "site", {FIRST: run.parent / "shown.ipynb"})
+
+    extra = nbformat.v4.new_markdown_cell("[notes](javascript:alert(1))", metadata={"tags": ["injected-parameters"]})
+    refused(lambda d: d.cells.insert(at + 1, extra), at + 2)
+    refused(lambda d: d.cells[at].__setitem__("source", d.cells[at].source + "import shutil\n"), at + 1)
+    svg = {"x.svg": {"image/svg+xml": "<svg onload='alert(1)'/>"}}
+    refused(lambda d: d.cells[0].__setitem__("attachments", svg), 1)

@@ -692,3 +692,85 @@ def test_a_slurm_sweep_whose_points_are_all_done_writes_its_table_and_submits_no
     table = sweep.run(sw, executor="slurm", progress=False)
     assert list(csv.DictReader(table.open()))[0]["status"] == "ok"
     assert not (tmp_path / "bin" / "sbatch.log").exists()
+
+
+def test_a_metric_is_plotted_against_a_first_key_of_lists_one_tick_each(tmp_path, monkeypatch):
+    """Grid values that are lists (or text) are no x coordinates: each is a tick, in the grid's order, a failed point's
+    status written at its own (a list there raised matplotlib's TypeError after every point had run)."""
+    from longctx import plots
+
+    fixed = {k: v for k, v in FAST.items() if k != "CPU_LENGTHS"}
+    sw = sweep.Sweep("01", "ci", {"CPU_LENGTHS": [[64], [96, 128]], "SEQ_LEN": [256]}, fixed=fixed, out=tmp_path)
+    files.claim_folder(sw.out, "sweep")
+    for point, record in zip(sw.points(), ({"status": "ok", "results": {"t": 1.5}}, {"status": "oom"})):
+        sw.folder(point).mkdir(parents=True)
+        (sw.folder(point) / "point.json").write_text(json.dumps({**record, "key": sw.key(point)}))
+    saved = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, name, folder: saved.append((fig, name)))
+    sweep.write_table(sw, "t")
+    [(fig, name)] = saved
+    [ax] = fig.axes
+    assert name == "sweep_t" and [t.get_text() for t in ax.get_xticklabels()] == ["[64]", "[96, 128]"]
+    assert list(ax.lines[0].get_xdata()) == [0] and [a.get_text() for a in ax.texts] == ["oom"] and ax.texts[0].xy[0] == 1
+
+
+def test_a_point_its_node_refuses_before_a_kernel_is_recorded_with_why(tmp_path, monkeypatch):
+    """A SLURM task whose node refuses the point (its memory, its GPUs) leaves a record that says why, where before the
+    array's account said only "FAILED (exit code 1)" and the sweep said the same command would retry it."""
+    import signal
+
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path)
+    files.claim_folder(sw.out, "sweep")
+    point = sw.points()[0]
+    call = (str(sw.path), sw.size, {**sw.fixed, **point}, str(sw.folder(point)), None, sw.key(point), sw.limit)
+
+    def refused(*args, **kwargs):
+        raise LongctxError("01_chunked_loss: SEQ_LEN=256 is more than this machine can step")
+
+    monkeypatch.setattr(harness, "checked_run", refused)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGTERM)}  # what slurm_task sets for its task
+    try:
+        record = sweep.slurm_task(*call)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert record["status"] == "refused" and record["error"].endswith("is more than this machine can step")
+    [row] = sweep.table(sw)
+    assert row["status"] == "refused" and "more than this machine" in row["reason"]
+    assert sw.pending() == [point]  # not a result: run again once the cause is changed
+    left = sorted(p.name for p in (tmp_path / "points").iterdir())
+    assert left == sorted([sw.folder(point).name, f".{sw.folder(point).name}.lock"])  # no temporary beside it
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm-local"])
+def test_a_point_this_machine_cannot_step_is_refused_before_any_is_submitted(tmp_path, monkeypatch, executor):
+    """Points that run here are checked as a run checks them, memory included, before the first starts: submitit's
+    rehearsal only logged the refusal, and the sweep reported the point as missing."""
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, fixed=FAST, out=tmp_path / "sw")
+    checked = []
+
+    def refused(notebook, size, overrides):
+        checked.append(overrides["SEQ_LEN"])
+        if overrides["SEQ_LEN"] == 512:
+            raise LongctxError("01_chunked_loss: SEQ_LEN=512 is more than this machine can step")
+
+    monkeypatch.setattr(harness, "checked_run", refused)
+    with pytest.raises(LongctxError, match="SEQ_LEN=512 is more than this machine can step"):
+        sweep.run(sw, executor=executor, progress=False)
+    assert checked == [256, 512] and not (tmp_path / "sw").exists()  # nothing claimed, nothing run
+
+
+def test_a_point_folder_that_is_a_link_is_refused_before_anything_is_touched(tmp_path):
+    """A point's folder is replaced whole when the point runs again: a link there (to a folder of the user's) was
+    neither removed nor written through, but ended the sweep in a raw NotADirectoryError, its temporary left behind."""
+    sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256]}, fixed=FAST, out=tmp_path / "sw")
+    files.claim_folder(sw.out, "sweep")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    (tmp_path / "sw" / "points").mkdir()
+    sw.folder(sw.points()[0]).symlink_to(mine)
+    with pytest.raises(LongctxError, match=r"SEQ_LEN-256__\w+ is a symbolic link: the sweep would replace it"):
+        sweep.run(sw, progress=False)
+    assert [p.name for p in (tmp_path / "sw" / "points").iterdir()] == [sw.folder(sw.points()[0]).name]
+    assert (mine / "notes.txt").read_text() == "the user's"

@@ -110,3 +110,23 @@ def test_a_run_onto_a_nearly_full_disk_is_refused_before_the_kernel(tmp_path, mo
     with pytest.raises(LongctxError, match=r"MiB free; a run writes its executed notebook, .*Nothing was run"):
         harness.run("01", "ci", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_disk_out_of_inodes_is_named_as_such_before_the_kernel_and_in_a_failed_write(tmp_path, monkeypatch):
+    """A file system with space but no inodes left (a tmpfs of few files): the run refused before its kernel, and a
+    failed write saying so, not "full" beside hundreds of free MiB."""
+    import errno
+    import os
+
+    from longctx import files
+
+    real = os.statvfs(tmp_path)  # (shutil.disk_usage reads the same call: its space is the real one)
+    Room = type("Room", (), {k: getattr(real, k) for k in dir(real) if k.startswith("f_")})
+    Room.f_files, Room.f_favail = 10_000, harness.RUN_FREE_FILES - 1
+    monkeypatch.setattr(os, "statvfs", lambda path: Room)
+    with pytest.raises(LongctxError, match=rf"room for {Room.f_favail} new files \(inodes\); a run writes .*Nothing was run"):
+        harness.run("01", "ci", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    Room.f_favail = 0
+    said = str(files.write_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "fig.png"))
+    assert said.startswith(f"The disk has room for no more files (its inodes are used up) while writing {tmp_path}")

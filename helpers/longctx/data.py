@@ -84,9 +84,10 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
 
 
 def check_caches() -> None:
-    """Refuse, before a kernel reads them, a token cache or tokenizer that is not what `longctx data` built (SHA-256
-    against manifest.json): a kernel would find it only minutes in."""
-    listed = {k: v for k, v in _manifest().items() if k.startswith((f"tokens-{VOCAB_SIZE}-", f"tokenizer-{VOCAB_SIZE}/"))}
+    """Refuse, before a kernel reads them, a token cache, tokenizer or parquet copy of the corpus that is not what
+    `longctx data` built (SHA-256 against manifest.json): a kernel would find it only minutes in."""
+    read = (f"tokens-{VOCAB_SIZE}-", f"tokenizer-{VOCAB_SIZE}/", f"{PARQUET_DIR}/")
+    listed = {k: v for k, v in _manifest().items() if k.startswith(read)}
     if problems := [p for rel, digest in listed.items() for p in _check({rel: digest}) if p.startswith(rel)]:
         raise LongctxError(
             f"The data is not what `longctx data` built: {'; '.join(problems[:3])}. `longctx data --force` rebuilds it "
@@ -290,6 +291,17 @@ def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *
     stream, rng = _stream(CORPUS, split, tokenizer), np.random.default_rng(seed)
     lengths = rng.integers(min_len, max_len + 1, size=n)
     return _windows(stream, rng.integers(0, len(stream), size=n), lengths)
+
+
+def probe_batches(batch: int, min_len: int, max_len: int, *, seed: int = 0, tokenizer=None):
+    """Two batches of `batch` corpus windows, for a sampler that reads them in order (`train_sampling_strategy=
+    "sequential"`): the first's longest row is `max_len`, the second's is shorter, so they are two shapes whatever the
+    batch size (drawn as varied_sequences draws, a large batch's two longest rows were both `max_len`). The schema
+    keeps min_len below max_len."""
+    stream, rng = _stream(CORPUS, "train", tokenizer), np.random.default_rng(seed)
+    first, second = rng.integers(min_len, max_len + 1, size=batch), rng.integers(min_len, max_len, size=batch)
+    first[0] = max_len
+    return _windows(stream, rng.integers(0, len(stream), size=2 * batch), np.concatenate([first, second]))
 
 
 def _windows(stream: np.ndarray, starts, lengths):

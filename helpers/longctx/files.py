@@ -23,16 +23,17 @@ BUILT = ".longctx-{}-files.json"  # the files a command's last build of a whole 
 
 
 def mark_claimed(folder: Path, command: str) -> None:
-    (folder / MARKER.format(command)).write_text(MARK)
+    with atomic(folder / MARKER.format(command)) as tmp:  # replaces whatever has the name, never writes through a link
+        tmp.write_text(MARK)
 
 
 def _look(out: Path, command: str) -> tuple[list[str], bool]:
-    """The names in `out` besides the command's marker, and whether the marker is one the command wrote (a FIFO or
-    a link of that name is none, and is never read)."""
+    """The names in `out` besides the command's marker, and whether the marker is one the command wrote (a FIFO, a
+    link or another file of that name is none, is never read, and counts as the user's)."""
     marker, marked = out / MARKER.format(command), False
     with contextlib.suppress(OSError):
         marked = marker.is_file() and not marker.is_symlink() and marker.read_text() == MARK
-    return (sorted(p.name for p in out.iterdir() if p != marker) if out.exists() else []), marked
+    return (sorted(p.name for p in out.iterdir() if p != marker or not marked) if out.exists() else []), marked
 
 
 def claimed(folder: Path, command: str) -> bool:
@@ -227,9 +228,10 @@ def write_error(exc: OSError, path: Path) -> LongctxError:
     """The error a failed write turns into: a full disk or a read-only place named, with what to do."""
     if exc.errno == errno.ENOSPC:
         where = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
-        free = shutil.disk_usage(where).free / MIB
+        free, room = shutil.disk_usage(where).free / MIB, os.statvfs(where)
+        full = "has room for no more files (its inodes are used up)" if room.f_files and not room.f_favail else "is full"
         return LongctxError(
-            f"The disk is full while writing {path} ({free:.0f} MiB free there). Free space, or point "
+            f"The disk {full} while writing {path} ({free:.0f} MiB free there). Free space, or point "
             f"the output elsewhere (--out, LONGCTX_BUILD, LONGCTX_DATA); {path.name} was not left half-written."
         )
     if exc.errno == errno.EFBIG:

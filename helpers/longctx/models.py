@@ -196,6 +196,27 @@ def has_weights(path: Path) -> bool:
     return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
 
 
+# The sizes a config must give as positive whole numbers where they are numbers (some families give lists), with caps
+# at 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a
+# config is a typo, and building its model (the estimate's trace, the weight check's shapes) would run for minutes.
+# (Checked by hand, not with jsonschema: importing it can cost seconds.)
+CONFIG_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 2**17, "intermediate_size": 2**19, "vocab_size": 2**21}
+CONFIG_LIMITS |= dict.fromkeys(
+    ("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size", "sliding_window")
+)
+
+
+def check_sizes(text) -> None:
+    """Refuse a (text) config whose sizes are not positive whole numbers or are past CONFIG_LIMITS."""
+    for name, limit in CONFIG_LIMITS.items():
+        value = getattr(text, name, None)
+        if not isinstance(value, (int, float)) or (name == "sliding_window" and value == 0):
+            continue  # absent, None, a per-layer list; a window of 0 is "none" (transformers sets it so for Qwen2-MoE)
+        if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
+            why = f"over the {limit:,} longctx takes" if limit and value > limit else "not a positive whole number"
+            raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
+
+
 def check_weights(path: Path) -> None:
     """Refuse, reading the headers (and the numbers of files up to READ_WHOLE_BYTES), a model folder whose weights
     transformers would load wrongly or stop loading half-way, in the kernel: a safetensors file that is not one (or a
@@ -215,6 +236,7 @@ def _check_weights(path: Path, state: tuple) -> None:
     from transformers import AutoModelForCausalLM
 
     cfg = config(str(path))
+    check_sizes(cfg.get_text_config())  # before building: 70,000 layers took 90 s on the meta device
     try:
         with torch.device("meta"):  # the shapes alone
             net = AutoModelForCausalLM.from_config(cfg)

@@ -18,7 +18,7 @@ from longctx.lengths import MAX_TOKENS
 from longctx.memory import costs, gpu_kernels, repeat
 from longctx.memory.measure import TimelineTracker, profile_of
 from longctx.memory.profile import MemoryProfile
-from longctx.models import DTYPE_NAMES, torch_dtype
+from longctx.models import DTYPE_NAMES, check_sizes, torch_dtype
 from longctx.shapes import check_plan
 from longctx.train import LOSSES
 from longctx.units import CATEGORIES, GIB
@@ -34,18 +34,11 @@ ATTENTIONS = ("sdpa", "flash_attention_2", "eager")  # transformers' attn_implem
 # how CP ranks exchange keys and values: accelerate's `cp_comm_strategy` (TorchContextParallelConfig; "allgather" its
 # default), which it hands to torch's set_rotate_method: one all-gather per attention call, or "alltoall", a ring of sends
 CP_COMMS = ("allgather", "alltoall")
-# The sizes a config must give as positive whole numbers where they are numbers (some families give lists), with caps
-# at 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a
-# config is a typo, and its trace would run for many minutes. (Checked by hand: importing jsonschema can cost seconds.)
-CONFIG_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 2**17, "intermediate_size": 2**19, "vocab_size": 2**21}
-CONFIG_LIMITS |= dict.fromkeys(
-    ("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size", "sliding_window")
-)
 
 
 def check_model(cfg) -> None:
     """Refuse, before building anything, a config the estimate cannot stand for: not a decoder-only language model
-    (an encoder such as BERT, an encoder-decoder such as T5), sizes outside CONFIG_LIMITS, experts or heads that
+    (an encoder such as BERT, an encoder-decoder such as T5), sizes outside models.CONFIG_LIMITS, experts or heads that
     do not divide."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
@@ -57,13 +50,7 @@ def check_model(cfg) -> None:
             "(Qwen3, Llama, Mistral, Gemma, Phi, MoE families), the models TRL's SFTTrainer trains."
         )
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    for name, limit in CONFIG_LIMITS.items():
-        value = getattr(text, name, None)
-        if not isinstance(value, (int, float)) or (name == "sliding_window" and value == 0):
-            continue  # absent, None, a per-layer list; a window of 0 is "none" (transformers sets it so for Qwen2-MoE)
-        if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
-            why = f"over the {limit:,} the estimator takes" if limit and value > limit else "not a positive whole number"
-            raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
+    check_sizes(text)
     experts = next((v for n in ("num_experts", "num_local_experts") if isinstance(v := getattr(text, n, None), int)), None)
     per_token = getattr(text, "num_experts_per_tok", None)
     if experts is not None and experts < 1 and (experts < 0 or "moe" in text.model_type or per_token):

@@ -22,6 +22,7 @@ from filelock import FileLock, Timeout
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
+from longctx.lengths import MAX_TOKENS
 from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
 from longctx.paths import CORPUS, MINIATURES, build_dir, data_dir, miniature, notebooks_dir, user_path
@@ -29,7 +30,9 @@ from longctx.run import needs, schema
 
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
+MAX_TILES = 1024  # fused-head tiles of one CPU step (_check_tiles)
 RUN_FREE_BYTES = 64 * 2**20  # free space a run needs at --out: the largest, 03 at cpu, writes 34 MiB
+RUN_FREE_FILES = 256  # and room for files (inodes): the most, 04's, is 45
 OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
 TIMED_OUT = "TimedOut"  # NotebookFailed.ename of a run stopped at its time limit (needs.LIMIT_FACTOR, --timeout)
 _WIDGET = "application/vnd.jupyter.widget-view+json"  # a progress bar's output: saved stateless, a bar frozen at 0%
@@ -203,7 +206,7 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
 RunResult = namedtuple("RunResult", "notebook size out executed results seconds")
 
 
-def _checked(notebook: Path, size: str, overrides: dict | None = None) -> dict:
+def checked_run(notebook: Path, size: str, overrides: dict | None = None) -> dict:
     """The size's values with `overrides`, checked against the notebook and this machine."""
     params = {**size_params(notebook, size), **(overrides or {})}
     check_parameters(notebook, params, size)
@@ -217,7 +220,8 @@ def _cpu_step(step: dict, name: str, values: dict) -> tuple[int, int, str, dict]
     its length is `length`'s value (default `name`'s; a list: its longest); `batch` names the batch's parameter, or a
     list of them multiplied (micro-batch × accumulation); `trained` makes the length that many times the model's
     trained length (a miniature's manifest, else the parameter named); `preset_config` maps config fields to
-    parameters, applied as the lessons apply them: to a preset, when not 0. (`checkpointing`: false for a step without.)"""
+    parameters, applied as the lessons apply them: to a preset, when not 0. (`checkpointing`: false for a step without;
+    `tiles`: the parameters of its fused loss head's tile, rows then vocabulary columns: _check_tiles.)"""
     given = values[step.get("length", name)]
     length, model = max(given) if isinstance(given, list) else given, values[step["model"]]
     if trained := step.get("trained"):
@@ -246,6 +250,8 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
         if not (step := prop.get("x-cpu-step")):
             continue
         (was, was_batch, *was_model), (length, batch, *model) = (_cpu_step(step, name, v) for v in (own, values))
+        if tiles := step.get("tiles"):
+            _check_tiles(notebook, length * batch, model[0], {t: values[t] for t in tiles})
         if length * batch <= was * was_batch and model == was_model:
             continue
         named = (step.get("length", name), *_names(step.get("batch")), step.get("trained"),
@@ -253,6 +259,11 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
         changed = [n for n in dict.fromkeys(named) if n and own.get(n) != values.get(n)]
         raised = ", ".join(f"{n}={values[n]:,}" if type(values[n]) is int else f"{n}={values[n]}" for n in changed or [name])
         need = None
+        if length * batch > MAX_TOKENS:  # past what the estimator takes, and far past any CPU's memory
+            raise LongctxError(
+                f"{notebook}: {raised} is more than this machine can step: {batch:,} × {length:,} tokens a step is past "
+                f"the {MAX_TOKENS:,} longctx estimates at all. Use shorter lengths, a smaller batch, or a GPU size."
+            )
         with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
             spec, changes = model
             spec = str(miniature(spec)) if spec in MINIATURES else spec
@@ -277,6 +288,35 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
             said.add(told)
             print(f"{told}; it may run past the size's time limit (`longctx list` shows it; --timeout MINUTES gives it "
                   "more).", file=sys.stderr)  # fmt: skip
+
+
+def _check_tiles(notebook: str, tokens: int, spec: str, tile: dict) -> None:
+    """A step's fused loss head cut into at most MAX_TILES tiles (`x-cpu-step`'s `tiles`: its rows' and vocabulary
+    columns' parameters): each tile is one turn of TRL's Python loop (trl/kernels/chunked_logprob.py), and under the
+    lessons' memory tracker thousands of them make one CPU step take minutes."""
+    from longctx import models
+
+    (rows_name, rows), (cols_name, cols) = tile.items()
+    try:
+        vocab = models.config(str(miniature(spec)) if spec in MINIATURES else spec).get_text_config().vocab_size
+    except LongctxError:  # a model the estimator does not take is the kernel's to load
+        return
+    row_tiles, col_tiles = -(-tokens // rows), -(-vocab // cols)
+    if (count := row_tiles * col_tiles) <= MAX_TILES:
+        return
+    fixes = []  # one parameter raised, the other kept; else both
+    if row_tiles <= MAX_TILES:
+        fixes.append(f"{cols_name} to at least {-(-vocab // (MAX_TILES // row_tiles)):,}")
+    if col_tiles <= MAX_TILES:
+        fixes.append(f"{rows_name} to at least {-(-tokens // (MAX_TILES // col_tiles)):,}")
+    side = math.isqrt(MAX_TILES)
+    both = f"{rows_name} to at least {-(-tokens // side):,} and {cols_name} to {-(-vocab // side):,}"
+    fix = "raise " + (" or ".join(fixes) or both)
+    raise LongctxError(
+        f"{notebook}: {rows_name}={rows:,} and {cols_name}={cols:,} cut a {tokens:,}-token step's loss over {spec}'s "
+        f"{vocab:,}-word vocabulary into {count:,} tiles; each is a turn of TRL's Python loop, and at most {MAX_TILES:,} "
+        f"keep a CPU step within the size's time: {fix}."
+    )
 
 
 def check_timeout(minutes) -> float | None:
@@ -306,16 +346,18 @@ def run(
     check_choice("size", size, SIZES)
     check_timeout(timeout)
     notebook = resolve(name)
-    params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in _checked(notebook, size, overrides).items()}
+    params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in checked_run(notebook, size, overrides).items()}
     limit, limit_how = time_limit(notebook.stem, size, timeout)
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     check_caches()  # nor builds its caches again; a damaged one is named here, not minutes into the kernel
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     where = next(p for p in [target, *target.parents] if p.exists())
-    if (free := shutil.disk_usage(where).free) < RUN_FREE_BYTES:  # a full disk would stop the run minutes in
+    free, room = shutil.disk_usage(where).free, os.statvfs(where)
+    if free < RUN_FREE_BYTES or room.f_files and room.f_favail < RUN_FREE_FILES:  # it would stop the run minutes in
+        has = f"{free / 2**20:.1f} MiB free" if free < RUN_FREE_BYTES else f"room for {room.f_favail} new files (inodes)"
         raise LongctxError(
-            f"{where} has {free / 2**20:.1f} MiB free; a run writes its executed notebook, figures and trainer files there "
-            f"(up to {RUN_FREE_BYTES // 2**20} MiB). Free space, or give --out another disk. Nothing was run."
+            f"{where} has {has}; a run writes its executed notebook, figures and trainer files there (up to "
+            f"{RUN_FREE_BYTES // 2**20} MiB in {RUN_FREE_FILES} files). Free space, or give --out another disk. Nothing was run."
         )
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
@@ -431,7 +473,7 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
     check_timeout(timeout)
     chosen = [resolve(n) for n in names] if names else list(notebooks().values())
     for nb in chosen:  # every size file and the machine checked before the first notebook spends minutes
-        _checked(nb, size)
+        checked_run(nb, size)
     results = []
     for nb in chosen:
         print(f"== {nb.stem} ({size})", flush=True)

@@ -36,6 +36,7 @@ _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
     "maximum": lambda arg: f"must be at most {arg:,}",
     "enum": lambda arg: f"must be one of {', '.join(map(str, arg))}",
     "minItems": lambda arg: "must not be empty",
+    "uniqueItems": lambda arg: "must not repeat a value (each is a point measured or drawn)",
     "contains": lambda arg: f"must contain {arg['const']!r}",
 }
 
@@ -58,12 +59,25 @@ def _card(value, context):
 
 def _weights(value, context):
     if context["weights"] and isinstance(value, str) and (cached := cached_config(value)):  # the hub's: its weights too
-        check_fetchable({value: "weights"}, "Loading its weights")
+        try:
+            check_fetchable({value: "weights"}, "Loading its weights")
+        except LongctxError:
+            if any(cached_config(value, name) for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+                return (
+                    "is cached with pickled pytorch_model.bin weights only, which longctx never loads (unpickling can run "
+                    "code), and the hub cannot be reached for its safetensors: save it as safetensors into a folder "
+                    "(save_pretrained) and give that folder"
+                )
+            raise
         if cached_weights(value):  # checked as a local folder's are (its snapshot is one)
             try:
                 check_weights(cached.parent)
             except LongctxError as exc:
                 return f"holds weights it cannot use: {str(exc).rstrip('.')}"
+            try:
+                check_tokenizer(cached.parent)
+            except LongctxError as exc:
+                return f"holds a tokenizer it cannot use: {str(exc).rstrip('.')}"
     if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
         with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
             if (path := user_path(value, "The model")).is_dir():
@@ -142,9 +156,11 @@ def _relations(params, relations):
         [(kind, (name, *other))] = rel.items()  # one relation: its kind, its parameter, and what it relates that to
         value, why = params.get(name), None
         largest = max([v for v in value if _num(v)] or [0]) if isinstance(value, list) else value  # a list: its largest
-        if kind == "at_most" and _num(largest) and _num(params.get(other[0])) and largest > params[other[0]]:
-            limit = f"{other[0]} ({params[other[0]]})"
-            why = f"must be at most {limit}" if largest is value else f"has {largest}, over {limit}"
+        if kind in ("at_most", "below") and _num(largest) and _num(limit := params.get(other[0])):
+            if largest > limit or kind == "below" and largest == limit:
+                named, most = f"{other[0]} ({limit})", "at most" if kind == "at_most" else "below"
+                where = "over" if largest > limit else "not below"
+                why = f"must be {most} {named}" if largest is value else f"has {largest}, {where} {named}"
         elif kind == "cp_multiple_of":  # context parallelism over N ranks cuts the sequence into 2·N chunks
             given = params.get(other[0])
             step = 2 * max([r for r in (given if isinstance(given, list) else [given]) if _num(r) and r > 0] or [1])

@@ -47,14 +47,22 @@ def _cmd_sweep(args) -> None:
     sw = sweep.Sweep(args.notebook, args.size, sweep.parse_grid(args.grid), fixed=fixed, out=args.out, timeout=args.timeout)
     path = sweep.run(sw, executor=args.executor, jobs=args.jobs, slurm=slurm, metric=args.metric, progress=not args.quiet)
     rows = sweep.table(sw)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "oom", "timed out", "error", "died", "cancelled", "missing")}
+    kinds = ("ok", "oom", "timed out", "error", "died", "cancelled", "refused", "missing")
+    counts = {s: sum(r["status"] == s for r in rows) for s in kinds}
     print(f"{len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items() if v)}) → {path}")
     if counts["timed out"]:
         print(f"longctx: {counts['timed out']} point(s) ran past the {sw.limit:g}-minute limit and were stopped; a longer "
               "--timeout runs them again (the same command keeps them as timed out).", file=sys.stderr)  # fmt: skip
-    if unfinished := counts["error"] + counts["died"] + counts["cancelled"] + counts["missing"]:
-        where = sw.out / "points"
-        raise LongctxError(f"{unfinished} point(s) did not finish (see point.json under {where}); the same command retries them.")
+    said = [
+        f"{counts['refused']} point(s) were refused where they ran, before their kernel: sweep.csv's reason column says "
+        "why; change what it names" if counts["refused"] else "",
+        f"{n} point(s) did not finish (see point.json under {sw.out / 'points'}); the same command retries them"
+        if (n := counts["error"] + counts["died"] + counts["cancelled"]) else "",
+        f"{counts['missing']} point(s) left no record (their logs are under {sw.out / 'submitit'}); the same command "
+        "runs them again" if counts["missing"] else "",
+    ]  # fmt: skip
+    if said := [s for s in said if s]:
+        raise LongctxError("; ".join(said) + ".")
 
 
 def _cmd_figures(args) -> None:

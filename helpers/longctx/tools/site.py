@@ -160,15 +160,28 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
 
 
 def _edited_cell(nb, name: str) -> int | None:
-    """The first cell (counted from 1) of an executed notebook whose type or text differs from the committed lesson's
-    (papermill's injected parameters aside), or None."""
+    """The first cell (counted from 1) of an executed notebook whose type, text or attachments differ from the committed
+    lesson's with the one cell papermill injects for the recorded parameters, or None. (papermill 2.6's
+    parameterize_notebook puts it after the cell tagged `parameters`; its lines are compared in any order, as the
+    record's keys are written sorted.)"""
     import nbformat
+    from papermill.translators import translate_parameters
 
     from longctx.run import harness
 
-    lesson = [(c.cell_type, c.source) for c in nbformat.read(harness.notebooks()[name], as_version=4).cells]
-    ran = [(c.cell_type, c.source) for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-    return next((i + 1 for i, (a, b) in enumerate(itertools.zip_longest(ran, lesson)) if a != b), None)
+    def shown(cell):
+        injected = "injected-parameters" in cell.metadata.get("tags", [])
+        return cell.cell_type, sorted(cell.source.splitlines()) if injected else cell.source, cell.get("attachments")
+
+    lesson = nbformat.read(harness.notebooks()[name], as_version=4)
+    expected = [shown(c) for c in lesson.cells]
+    if given := nb.metadata.get("papermill", {}).get("parameters"):
+        kernel = lesson.metadata.get("kernelspec", {})
+        source = translate_parameters(kernel.get("name"), kernel.get("language"), given, "Parameters")
+        at = next((i + 1 for i, c in enumerate(lesson.cells) if "parameters" in c.metadata.get("tags", [])), 0)
+        expected.insert(at, ("code", sorted(source.splitlines()), None))
+    ran = [shown(c) for c in nb.cells]
+    return next((i + 1 for i, (a, b) in enumerate(itertools.zip_longest(ran, expected)) if a != b), None)
 
 
 def _numbers_only(metadata: dict) -> dict:

@@ -173,7 +173,15 @@ def slurm_task(*call) -> dict:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
     task, job = os.environ.get("SLURM_ARRAY_TASK_ID"), os.environ.get("SLURM_JOB_ID", "?")  # no task: a plain job
-    return run_point(*call, slurm=(f"{os.environ.get('SLURM_ARRAY_JOB_ID', job)}_{task}" if task else job, stopped))
+    job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', job)}_{task}" if task else job
+    try:
+        return run_point(*call, slurm=(job, stopped))
+    except LongctxError as exc:  # refused on its node before a kernel (the node's memory, GPUs): recorded with why
+        notebook, size, params, folder, _, key, timeout = call
+        record = {"notebook": notebook, "size": size, "params": params, "key": key, "slurm_job": job}
+        record |= {"status": "refused", "error": str(exc), "limit_minutes": timeout}
+        (tmp := _temporary(Path(folder))).mkdir(parents=True, exist_ok=True)
+        return _place(tmp, Path(folder), record)
 
 
 def run_point(
@@ -274,9 +282,9 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     if "time" in slurm:  # a point stops at the shorter of the two limits, and is recorded as timed out under it
         sweep.limit = min(sweep.limit, slurm["time"])
     data.require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
-    if executor != "slurm":  # the points run on this machine: check it now (a SLURM node checks its own)
-        for point in sweep.pending():
-            needs.check(sweep.notebook, sweep.size, sweep.params(point))
+    if executor != "slurm":  # the points run on this machine: check it now, each step's memory too, as a run would
+        for point in sweep.pending():  # (a SLURM node checks its own; submitit's processes would only log a refusal)
+            harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point})
     written = {"points": True, "source": True, "submitit": True, ".lock": False, "sweep.csv": False, "slurm.json": False}
     for name, folder in written.items():
         if (sweep.out / name).exists() and (sweep.out / name).is_dir() != folder:  # it would fail half-way
@@ -284,6 +292,12 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
                 f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
                 "away (or give --out another folder). Nothing was run."
             )
+    points = sweep.out / "points"
+    if points.is_dir() and not points.is_symlink() and (link := next((p for p in points.iterdir() if p.is_symlink()), None)):
+        raise LongctxError(  # a point's folder is replaced whole when it runs again: never through a link
+            f"{link} is a symbolic link: the sweep would replace it. Remove it (or give --out a new folder); nothing "
+            f"in {sweep.out} was touched."
+        )
     files.claim_folder(sweep.out, "sweep")
     try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(sweep.out / ".lock", timeout=0):
@@ -486,17 +500,24 @@ def write_table(sweep: Sweep, metric: str | None = None) -> Path:
     from longctx import plots
 
     first, others = list(sweep.grid)[0], list(sweep.grid)[1:]
-    ax = plots.axes()
+    values, ax = list(sweep.grid[first]), plots.axes()
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        at = float
+    else:  # lists, text, flags: one tick each, in the grid's order
+        at = values.index
+        ax.set_xticks(range(len(values)), [json.dumps(jsonable(v)) for v in values], fontsize=7)
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault(tuple(r[k] for k in others), []).append(r)
     for key, members in groups.items():
         ok = [r for r in members if r["status"] == "ok" and isinstance(r.get(metric), (int, float))]
         label = ", ".join(f"{k}={v}" for k, v in zip(others, key)) or metric
-        ax.plot([r[first] for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
+        ax.plot([at(r[first]) for r in ok], [r[metric] for r in ok], "o-", ms=4, label=label)
         for r in members:
             if r["status"] != "ok":
-                ax.annotate(r["status"], (r[first], 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom")
+                ax.annotate(
+                    r["status"], (at(r[first]), 0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90, va="bottom"
+                )
     ax.set(xlabel=first, ylabel=metric, title=f"{sweep.notebook} ({sweep.size}) sweep")
     ax.legend(fontsize=7)
     plots.save_figure(ax.figure, f"sweep_{slug(metric)}", sweep.out)
