@@ -161,7 +161,7 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
 
 def _edited_cell(nb, name: str) -> int | None:
     """The first cell (counted from 1) of an executed notebook whose type, text or attachments differ from the committed
-    lesson's with the one cell papermill injects for the recorded parameters, or None. (papermill 2.6's
+    lesson's with the one cell papermill injects for the recorded parameters, or None. (papermill 2.7's
     parameterize_notebook puts it after the cell tagged `parameters`; its lines are compared in any order, as the
     record's keys are written sorted.)"""
     import nbformat
