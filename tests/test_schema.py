@@ -127,6 +127,9 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "no-tokenizer",
         "more-ids",
         "70000-layers",
+        "an-index-beside-model-safetensors",
+        "weights-the-config-names",
+        "weights-the-config-names-outside",
     ],
 )
 def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_path, damage):
@@ -159,10 +162,12 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "huge":  # finite, but a step overflows: it would train on NaN
         save_file({k: torch.full_like(v, 3e37) for k, v in weights.items()}, file)
         why = r"one training step on 16 tokens gives an infinite or NaN gradient, though every weight is finite: .* 3e\+37"
-    elif damage == "missing-shard":
+    elif damage == "missing-shard":  # (a sharded model: its index, and no model.safetensors, which is read first)
+        file.unlink()
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {first: "model-2-of-2.safetensors"}}))
         why = "names model-2-of-2.safetensors, which is not in"
     elif damage == "index-a-list":
+        file.unlink()
         (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": [first]}))
         why = "model.safetensors.index.json does not map tensor names to shard files"
     elif damage == "dangling-link":
@@ -180,6 +185,19 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
         for file in folder.glob("tokenizer*"):
             file.unlink()
         why = r"holds no tokenizer: \w+ reads its vocabulary from .*tokenizer.json, and none is there"
+    elif damage == "an-index-beside-model-safetensors":  # transformers reads model.safetensors first, the index unread
+        save_file({k: v.clone() for k, v in weights.items()}, folder / "model-1-of-1.safetensors")
+        (folder / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": dict.fromkeys(weights, "model-1-of-1.safetensors")})
+        )
+        save_file({**weights, first: weights[first] * float("nan")}, file)
+        why = rf"model.safetensors: {first} holds NaN or infinite numbers"
+    elif damage.startswith("weights-the-config-names"):  # transformers_weights: the one file transformers then reads
+        save_file({**weights, first: weights[first] * float("nan")}, folder / "other.safetensors")
+        named = "other.safetensors" if damage.endswith("names") else "../model/other.safetensors"
+        settings = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**settings, "transformers_weights": named}))
+        why = rf"other.safetensors: {first} holds NaN" if damage.endswith("names") else r"names '\.\./model/other.safetensors'"
     elif damage == "70000-layers":  # refused before its model is built: the shapes alone took 90 s
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "num_hidden_layers": 70000, "layer_types": None}))

@@ -246,25 +246,37 @@ def _check_weights(path: Path, state: tuple) -> None:
     shared = {}  # tied weights (the head and the embedding): one of them in the files is enough
     for name, tensor in net.named_parameters(remove_duplicate=False):
         shared.setdefault(id(tensor), []).append(name)
-    # the files transformers reads (use_safetensors): the index's shards, each holding the tensors it maps to it, or
-    # model.safetensors alone; another safetensors file beside them is never read
-    index, mapped = path / "model.safetensors.index.json", {}
-    if index.exists():
-        mapped = (json_object(index) or {}).get("weight_map")
+    # the files transformers 5.24 reads (modeling_utils._get_resolved_checkpoint_files, use_safetensors): the file the
+    # config names (transformers_weights), else model.safetensors alone, else the index's shards, each holding the
+    # tensors it maps to it; another safetensors file beside them (an index beside model.safetensors too) is never read
+    named = getattr(cfg, "transformers_weights", None)
+    if named is not None and not (
+        isinstance(named, str) and named.endswith((".safetensors", ".safetensors.index.json")) and (path / named).parent == path
+    ):
+        raise LongctxError(
+            f"{path / 'config.json'} names {named!r} as its weights (transformers_weights), but transformers loads only a "
+            "*.safetensors or *.safetensors.index.json file beside it: remove that field, or name such a file."
+        )
+    chosen = path / (named or ("model.safetensors" if (path / "model.safetensors").exists() else WEIGHTS_INDEX))
+    mapped = {}
+    if chosen.name.endswith(".safetensors.index.json") and chosen.exists():
+        mapped = (json_object(chosen) or {}).get("weight_map")
         if not (isinstance(mapped, dict) and mapped and all(isinstance(v, str) for v in mapped.values())):
             raise LongctxError(
-                f"{index} does not map tensor names to shard files (its weight_map), which is what transformers reads it "
-                "for: save the model again (save_pretrained)."
+                f"{chosen} does not map tensor names to shard files (its weight_map), which is what transformers reads "
+                "it for: save the model again (save_pretrained)."
             )
         if missing := sorted(n for n in set(mapped.values()) if not (path / n).is_file()):
-            raise LongctxError(f"{index} names {missing[0]}, which is not in {path}: copy the model's every shard.")
-    elif not (path / "model.safetensors").exists():
+            raise LongctxError(f"{chosen} names {missing[0]}, which is not in {path}: copy the model's every shard.")
+    elif named and not chosen.exists():
+        raise LongctxError(f"{path / 'config.json'} names {named} as its weights (transformers_weights), which is not in {path}.")
+    elif not chosen.exists():
         raise LongctxError(
-            f"{path} holds safetensors files but neither model.safetensors nor model.safetensors.index.json, the ones "
+            f"{path} holds safetensors files but neither model.safetensors nor {WEIGHTS_INDEX}, the ones "
             "transformers loads: save the model with save_pretrained."
         )
     found = {}
-    for file in sorted({path / n for n in mapped.values()} if mapped else [path / "model.safetensors"]):
+    for file in sorted({path / n for n in mapped.values()} if mapped else [chosen]):
         try:
             if not file.is_file():  # a FIFO would block the read
                 raise OSError("not a regular file")
