@@ -261,7 +261,10 @@ def test_longctx_data_never_writes_through_a_link_nor_reads_a_fifo(data_copy, tm
 
 
 def test_a_damaged_token_cache_is_named_before_a_kernel_and_pretrain_never_writes_through_a_link(data_copy, tmp_path_factory):
+    import shutil
+
     from longctx.levers import base_model
+    from longctx.paths import REPO
 
     data.check_caches()
     cache = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
@@ -271,6 +274,27 @@ def test_a_damaged_token_cache_is_named_before_a_kernel_and_pretrain_never_write
     with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: changed. `longctx data --force`"):
         data.check_caches()
     cache.write_bytes(bytes(raw[:-1]) + bytes([raw[-1] ^ 0xFF]))  # put back
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / cache.name
+    cache.rename(elsewhere)
+    cache.symlink_to(elsewhere)  # the same bytes, through a link: the kernel's reads refuse it (data.own_path)
+    with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: a link"):
+        data.check_caches()
+    cache.unlink()
+    elsewhere.rename(cache)
+    moved = tmp_path_factory.mktemp("theirs-rb") / "rb"
+    shutil.copytree(REPO / "data" / "retrieval-base", moved)  # (the committed model: in git, not in this copy)
+    (data_copy / "retrieval-base").symlink_to(moved)  # lesson 02's committed model, read through a link
+    with pytest.raises(LongctxError, match="retrieval-base: a link"):
+        data.check_caches()
+    (data_copy / "retrieval-base").unlink()
+    moved.rename(data_copy / "retrieval-base")
+    data.check_caches()  # as committed
+    weights = data_copy / "retrieval-base" / "model.safetensors"
+    committed = weights.read_bytes()
+    weights.write_bytes(committed[:-1] + b"\0")  # not as committed
+    with pytest.raises(LongctxError, match=r"retrieval-base/model.safetensors: changed \(restore it with `git checkout"):
+        data.check_caches()
+    weights.write_bytes(committed)
     shard = next((data_copy / data.PARQUET_DIR / "data").glob("train-*.parquet"))
     shard.write_bytes(shard.read_bytes()[:100])  # the parquet copy a rehearsal reads through `datasets`, cut
     with pytest.raises(LongctxError, match=rf"{data.PARQUET_DIR}/data/{shard.name}: changed"):

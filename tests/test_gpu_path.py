@@ -161,6 +161,10 @@ def test_offline_hub_without_the_cache_is_refused(monkeypatch, tmp_path):
     h200 = needs.Machine("cuda", (150 * 10**9,))
     with pytest.raises(LongctxError, match="needs Qwen/Qwen3-4B from the hub, but HF_HUB_OFFLINE is set"):
         needs.check("02_yarn", "gpu", {"MODEL": "Qwen/Qwen3-4B"}, have=h200)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "yes")  # the older name, which the hub client reads too: named as given
+    with pytest.raises(LongctxError, match="needs Qwen/Qwen3-4B from the hub, but TRANSFORMERS_OFFLINE is set"):
+        needs.check("02_yarn", "gpu", {"MODEL": "Qwen/Qwen3-4B"}, have=h200)
     # a local model folder needs no hub
     needs.check("02_yarn", "gpu", {"MODEL": str(data_dir() / "yarn-base"), "DATASET": "corpus"}, have=h200)
     # a CPU size told to load a hub id is refused the same way, before a kernel starts

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from longctx import LongctxError
-from longctx.run import harness
+from longctx.run import harness, needs
 from longctx.tools.cli import main
 
 
@@ -489,6 +489,7 @@ def test_a_nested_metric_typo_is_refused_after_the_first_finished_point(tmp_path
         (["--rope-theta", "0.5"], "--rope-theta must be above 1"),  # no position told apart: losses of 0 teach nothing
         (["--steps", "0"], "--steps must be an integer ≥ 1"),
         (["--warmup-steps", "-5"], "--warmup-steps must be an integer ≥ 0"),
+        (["--warmup-steps", "30", "--steps", "30"], "--warmup-steps must be below --steps (30)"),  # all warmup
         (["--preset", "bogus"], "Unknown model preset 'bogus'"),
         (["--answer-only"], "give --retrieval a share above 0"),
         (["--scheduler", "linear"], "--scheduler is one of cosine, constant"),
@@ -1115,3 +1116,39 @@ def test_a_malformed_hugging_face_variable_is_named_not_a_traceback():
     done = subprocess.run([sys.executable, "-m", "longctx", "list"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "A Hugging Face setting in the environment is malformed" in done.stderr and "HF_*" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["results.json", ".lock", "00_memory_primer.ipynb", "figures"])
+def test_a_name_the_run_writes_standing_there_as_another_kind_is_refused_before_the_kernel(tmp_path, name):
+    """In a folder the run wrote before, a folder where it writes a file (or a file where it writes its figures/)
+    ended in a raw IsADirectoryError, or failed in the kernel after the earlier results were deleted."""
+    from longctx import files
+
+    out = files.claim_folder(tmp_path / "out", "run")
+    (out / "results.json").write_text("{}")  # the earlier run's
+    if name == "figures":
+        (out / name).write_text("the user's")
+    else:
+        (out / name).unlink(missing_ok=True)
+        (out / name).mkdir()
+        (out / name / "mine.txt").write_text("the user's")
+    kind = "folder" if name == "figures" else "file"
+    with pytest.raises(LongctxError, match=rf"{re.escape(name)} should be a {kind} that `longctx run` writes; move it away"):
+        harness.run("00", "ci", out=out)
+    assert (out / "results.json").exists() or name == "results.json"  # nothing removed
+
+
+def test_a_step_far_past_the_sizes_tokens_is_run_only_when_given_the_time(tmp_path, capsys):
+    """A CPU's time is not estimated: a step RAISED_UNTIMED times the size's tokens is refused unless --timeout gives
+    it the time (lesson 02 at MULTIPLE=1024 ran 5 minutes into a 6-minute limit, told only that it might)."""
+    notebook = harness.resolve("02")
+    raised = {**harness.declared_parameters(notebook), **harness.size_params(notebook, "ci")}["MULTIPLE"]
+    raised *= harness.RAISED_UNTIMED + 1
+    limit = needs.of("02_yarn", "ci").limit_minutes
+    with pytest.raises(
+        LongctxError, match=rf"MULTIPLE={raised:,} is [\d.]+× the ci size's tokens a step: far past what its {limit:g}-minute"
+    ):
+        harness.run("02", "ci", {"MULTIPLE": raised}, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    harness.checked_run(notebook, "ci", {"MULTIPLE": raised}, timeout=4 * limit)  # given the time, it is told the risk
+    assert f"MULTIPLE={raised:,} is " in capsys.readouterr().err

@@ -23,6 +23,20 @@ def test_a_failed_write_is_named_and_leaves_nothing(tmp_path):
         tmp.write_text("x")
 
 
+def test_a_write_onto_a_read_only_place_is_named_not_the_cleanup_after_it(tmp_path, monkeypatch):
+    """`data --force` on a read-only bind mount ended in a raw OSError from removing a temporary never made."""
+    import errno
+    from pathlib import Path
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(LongctxError, match=r"Cannot write .*x.json: Read-only file system. Choose a writable folder"):
+        with files.atomic(tmp_path / "x.json") as tmp:
+            read_only(tmp)  # the write itself
+
+
 def test_a_folder_marked_by_hand_is_one_claim_folder_accepts(tmp_path):
     folder = tmp_path / "site"
     folder.mkdir()

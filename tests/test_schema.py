@@ -130,6 +130,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "an-index-beside-model-safetensors",
         "weights-the-config-names",
         "weights-the-config-names-outside",
+        "rope-theta-0",
     ],
 )
 def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_path, damage):
@@ -198,6 +199,12 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "transformers_weights": named}))
         why = rf"other.safetensors: {first} holds NaN" if damage.endswith("names") else r"names '\.\./model/other.safetensors'"
+    elif damage == "rope-theta-0":  # its step's angles are infinite: named as the config's, not as the weights'
+        settings = json.loads((folder / "config.json").read_text())
+        rope = settings.get("rope_parameters") or {}
+        settings |= {"rope_parameters": {**rope, "rope_theta": 0}} if rope else {"rope_theta": 0}
+        (folder / "config.json").write_text(json.dumps(settings))
+        why = r"rope_theta is 0: it must be above 1 \(RoPE's base"
     elif damage == "70000-layers":  # refused before its model is built: the shapes alone took 90 s
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "num_hidden_layers": 70000, "layer_types": None}))

@@ -14,6 +14,7 @@ import pytest
 from longctx import LongctxError, files
 from longctx.run import harness
 from longctx.tools import site
+from longctx.tools.figures import GUIDE_FIGURES
 
 FIRST = next(iter(harness.notebooks()))
 
@@ -158,7 +159,8 @@ def test_a_run_in_the_build_folder_too_damaged_to_show_is_refused_not_shown_as_n
 
 
 @pytest.mark.parametrize(
-    "damage", ["another-lessons-notebook", "another-runs-notebook", "another-size", "nan-seconds", "linked-notebook"]
+    "damage",
+    ["another-lessons-notebook", "another-runs-notebook", "another-size", "nan-seconds", "linked-notebook", "markup-cell-id"],
 )
 def test_a_run_whose_notebook_is_not_that_lessons_own_is_refused(tmp_path, run, damage):
     results = json.loads((run.parent / "results.json").read_text())
@@ -179,6 +181,11 @@ def test_a_run_whose_notebook_is_not_that_lessons_own_is_refused(tmp_path, run, 
         nb.metadata["papermill"]["input_path"] = "notebooks/01_chunked_loss.ipynb"
         nbformat.write(nb, run)
         why = f"is a run of 01_chunked_loss.ipynb, not of {FIRST}"
+    elif damage == "markup-cell-id":  # no notebook nbformat validates: MkDocs stopped on it, naming no file
+        raw = json.loads(run.read_text())
+        raw["cells"][1]["id"] = 'x"><script>alert(1)</script>'
+        run.write_text(json.dumps(raw))
+        why = rf"{FIRST}.ipynb cannot be read as a notebook \(.*<script>alert\(1\)</script>.* does not match"
     else:  # a link: the site copies what it shows, never through a link
         shutil.move(run, tmp_path / "elsewhere.ipynb")
         run.symlink_to(tmp_path / "elsewhere.ipynb")
@@ -195,9 +202,25 @@ def test_a_figure_that_is_a_link_is_refused_and_a_results_field_is_shown_as_text
         site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
     files.mark_claimed(figures, "figures")
     (tmp_path / "secret").write_text("not a figure")
-    (figures / "x.png").symlink_to(tmp_path / "secret")
-    with pytest.raises(LongctxError, match="x.png is a link, not a figure `longctx figures` wrote"):
+    first = next(iter(GUIDE_FIGURES))
+    (figures / f"{first}.png").symlink_to(tmp_path / "secret")
+    with pytest.raises(LongctxError, match=f"{first}.png is a link, not a figure `longctx figures` wrote"):
         site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
+    (figures / f"{first}.png").unlink()
+    os.link(tmp_path / "secret", figures / f"{first}.png")  # a hard link: a regular file, and no image
+    with pytest.raises(LongctxError, match=f"{first}.png is not the image it is named, not a figure"):
+        site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
+    (figures / f"{first}.png").unlink()
+    for name in GUIDE_FIGURES:  # the figures as matplotlib writes them, and a file of the user's beside them
+        for ext, head in (("png", b"\x89PNG\r\n\x1a\n"), ("svg", b'<?xml version="1.0"?><svg/>')):
+            (figures / f"{name}.{ext}").write_bytes(head)
+    (figures / "secret.png").write_text("the user's")
+    (figures / "index.md").write_text("[notes](javascript:alert(1))")  # an index edited by hand
+    out = site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=figures, progress=False)
+    assert (
+        not (out / "figures" / "secret.png").exists() and "javascript:alert" not in (out / "figures" / "index.html").read_text()
+    )
+    assert (out / "figures" / f"{first}.png").read_bytes().startswith(b"\x89PNG")
     (tmp_path / "linked").symlink_to(figures, target_is_directory=True)  # the whole folder a link to elsewhere
     with pytest.raises(LongctxError, match="linked is a link that `longctx figures` did not write"):
         site.build("ci", tmp_path / "site", runs={FIRST: run}, figures=tmp_path / "linked", progress=False)
@@ -263,6 +286,11 @@ def test_an_edited_lesson_is_refused_and_a_script_in_an_output_is_escaped(tmp_pa
     page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
     assert "<td>kept</td>" in page and "<script>alert(1)</script>" not in page  # nbconvert's SanitizeHTML (bleach)
     assert "onload" not in page and 'width="4"' in page  # an image's size kept when it is a number
+    markdown = nbformat.v4.new_output("display_data", data={"text/markdown": "[notes](javascript:alert(3))"})
+    next(c for c in nb.cells if c.cell_type == "code").outputs = [markdown]  # a Markdown output: no lesson writes one
+    nbformat.write(nb, run)
+    page = (build(tmp_path / "site", {FIRST: run}) / "lessons" / f"{FIRST}.html").read_text()
+    assert "javascript:alert(3)" not in page
     nb.cells[0].source += "\n\n[more](javascript:alert(1))"  # the lesson's text edited: it would be shown as the lesson's
     nbformat.write(nb, run)
     with pytest.raises(LongctxError, match=f"{FIRST}.ipynb's cell 1 is not the lesson's as committed"):
@@ -294,3 +322,14 @@ def test_only_the_cell_papermill_injects_for_the_recorded_parameters_is_taken_be
     refused(lambda d: d.cells[at].__setitem__("source", d.cells[at].source + "import shutil\n"), at + 1)
     svg = {"x.svg": {"image/svg+xml": "<svg onload='alert(1)'/>"}}
     refused(lambda d: d.cells[0].__setitem__("attachments", svg), 1)
+
+
+def test_a_disk_without_room_for_the_sites_files_is_refused_before_it_is_built(tmp_path, run, monkeypatch):
+    """A disk with megabytes free and no inodes left was reported full (with 50 MiB free) once the build had failed."""
+    real = os.statvfs(tmp_path)  # (shutil.disk_usage reads the same call: its space is the real one)
+    room = type("Room", (), {k: getattr(real, k) for k in dir(real) if k.startswith("f_")})
+    room.f_files, room.f_favail = 10_000, site.SITE_FILES - 1
+    monkeypatch.setattr(os, "statvfs", lambda path: room)
+    with pytest.raises(LongctxError, match=rf"room for {room.f_favail} new files \(inodes\); the site is built beside it"):
+        build(tmp_path / "site", {FIRST: run})
+    assert not (tmp_path / "site").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

@@ -503,10 +503,10 @@ def test_a_damaged_sweep_folder_is_refused_before_any_point_and_a_fifo_record_ne
     files.claim_folder(sw.out, "sweep")
     (sw.out / "points").write_text("not a folder")
     (sw.out / "sweep.csv").mkdir()  # the table would fail only after every point ran
-    with pytest.raises(LongctxError, match="points should be a folder that the sweep writes"):
+    with pytest.raises(LongctxError, match="points should be a folder that `longctx sweep` writes"):
         sweep.run(sw, progress=False)
     (sw.out / "points").unlink()
-    with pytest.raises(LongctxError, match="sweep.csv should be a file that the sweep writes"):
+    with pytest.raises(LongctxError, match="sweep.csv should be a file that `longctx sweep` writes"):
         sweep.run(sw, progress=False)
     (sw.out / "sweep.csv").rmdir()
     point = sw.folder(sw.points()[0])
@@ -749,7 +749,7 @@ def test_a_point_this_machine_cannot_step_is_refused_before_any_is_submitted(tmp
     sw = sweep.Sweep("01", "ci", {"SEQ_LEN": [256, 512]}, fixed=FAST, out=tmp_path / "sw")
     checked = []
 
-    def refused(notebook, size, overrides):
+    def refused(notebook, size, overrides, timeout):
         checked.append(overrides["SEQ_LEN"])
         if overrides["SEQ_LEN"] == 512:
             raise LongctxError("01_chunked_loss: SEQ_LEN=512 is more than this machine can step")

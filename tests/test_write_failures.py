@@ -107,7 +107,7 @@ def test_an_output_where_no_folder_can_be_made_is_named_with_the_fix(tmp_path, m
 def test_a_run_onto_a_nearly_full_disk_is_refused_before_the_kernel(tmp_path, monkeypatch):
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=harness.RUN_FREE_BYTES - 1))
-    with pytest.raises(LongctxError, match=r"MiB free; a run writes its executed notebook, .*Nothing was run"):
+    with pytest.raises(LongctxError, match=r"MiB free; a run writes its executed notebook, .*Nothing was started"):
         harness.run("01", "ci", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -124,7 +124,7 @@ def test_a_disk_out_of_inodes_is_named_as_such_before_the_kernel_and_in_a_failed
     Room = type("Room", (), {k: getattr(real, k) for k in dir(real) if k.startswith("f_")})
     Room.f_files, Room.f_favail = 10_000, harness.RUN_FREE_FILES - 1
     monkeypatch.setattr(os, "statvfs", lambda path: Room)
-    with pytest.raises(LongctxError, match=rf"room for {Room.f_favail} new files \(inodes\); a run writes .*Nothing was run"):
+    with pytest.raises(LongctxError, match=rf"room for {Room.f_favail} new files \(inodes\); a run writes .*Nothing was started"):
         harness.run("01", "ci", out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
     Room.f_favail = 0

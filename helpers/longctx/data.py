@@ -71,6 +71,8 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
         path = data_dir() / rel
         if ".." in Path(rel).parts or Path(rel).is_absolute():  # a hand-edited listing: nothing outside data/ is read
             problems.append(f"{rel}: not a path inside data/")
+        elif any(p.is_symlink() for p in [path, *path.parents[: len(Path(rel).parents) - 1]]):  # (own_path's rule)
+            problems.append(f"{rel}: a link (longctx reads only its own files in the data folder, never through a link)")
         elif not path.is_file():  # a folder, a FIFO: never opened, so nothing can hang on it
             problems.append(f"{rel}: missing or not a regular file")
         elif _sha256(path.read_bytes()) != digest:
@@ -85,10 +87,12 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
 
 def check_caches() -> None:
     """Refuse, before a kernel reads them, a token cache, tokenizer or parquet copy of the corpus that is not what
-    `longctx data` built (SHA-256 against manifest.json): a kernel would find it only minutes in."""
+    `longctx data` built (SHA-256 against manifest.json), or a committed model that is not as committed: a kernel
+    would find it only minutes in."""
     read = (f"tokens-{VOCAB_SIZE}-", f"tokenizer-{VOCAB_SIZE}/", f"{PARQUET_DIR}/")
     listed = {k: v for k, v in _manifest().items() if k.startswith(read)}
-    if problems := [p for rel, digest in listed.items() for p in _check({rel: digest}) if p.startswith(rel)]:
+    problems = [p for rel, digest in listed.items() for p in _check({rel: digest}) if p.startswith(rel)] + _miniatures()
+    if problems:
         raise LongctxError(
             f"The data is not what `longctx data` built: {'; '.join(problems[:3])}. `longctx data --force` rebuilds it "
             "(`longctx data --verify` lists everything)."
@@ -115,8 +119,17 @@ def verify() -> list[str]:
         fix = "`longctx data --force` builds and lists it"
         problems += [f"{rel}: not listed in manifest.json ({fix})" for rel in built if rel not in manifest]
         problems += _check(manifest, known=built)
-    for folder in MINIATURES.values():  # the repository ships them; notebook 02 names what is missing
-        if (data_dir() / folder).is_dir():
+    return problems + _miniatures()
+
+
+def _miniatures() -> list[str]:
+    """What is wrong with the lessons' committed models (data/yarn-base, data/retrieval-base): their files against
+    their checksums.json, never through a link. (One absent is notebook 02's to name.)"""
+    problems = []
+    for folder in MINIATURES.values():
+        if (data_dir() / folder).is_symlink():
+            problems.append(f"{folder}: a link (longctx reads only its own files in the data folder, never through a link)")
+        elif (data_dir() / folder).is_dir():
             sums = json_object(data_dir() / folder / CHECKSUMS)
             listed = {f"{folder}/{name}": digest for name, digest in (sums or {}).items()}
             found = _check(listed, known=[f"{folder}/{CHECKSUMS}"]) if sums else [f"{folder}/{CHECKSUMS}: missing or damaged"]

@@ -69,7 +69,8 @@ def atomic(path: Path):
     except OSError as exc:
         raise write_error(exc, path) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only place the temporary was never made: the error above says so
+            tmp.unlink(missing_ok=True)
 
 
 def _writable(out: str | Path) -> Path:
@@ -112,6 +113,33 @@ def check_out(
             "keeps your files, so it cannot write there. Choose another folder."
         )
     return out
+
+
+def check_room(out: Path, need_bytes: int, need_files: int, writes: str) -> None:
+    """Refuse, before any work, an `out` whose disk lacks the space or the room for files (inodes) that `writes` takes:
+    the command would stop part-way, on a full disk or on one with no inodes left and megabytes free."""
+    where = next(p for p in [out, *out.parents] if p.exists())
+    free, room = shutil.disk_usage(where).free, os.statvfs(where)
+    if free < need_bytes or room.f_files and room.f_favail < need_files:
+        has = f"{free / MIB:.1f} MiB free" if free < need_bytes else f"room for {room.f_favail} new files (inodes)"
+        raise LongctxError(
+            f"{where} has {has}; {writes} there (up to {need_bytes / MIB:.0f} MiB in {need_files} files). Free space, "
+            "or give --out another disk. Nothing was started."
+        )
+
+
+def check_kinds(out: Path, kinds: dict[str, bool], command: str) -> None:
+    """Refuse, before any work, a name in `out` that `command` writes as a regular file (False) or a folder (True)
+    standing there as something else: the write would fail half-way, in a raw error."""
+    for name, folder in kinds.items():
+        path = out / name
+        if (
+            path.exists() and not path.is_symlink() and not (path.is_dir() if folder else path.is_file())
+        ):  # (a link: claim_folder)
+            raise LongctxError(
+                f"{path} should be a {'folder' if folder else 'file'} that `longctx {command}` writes; move it away (or "
+                "give --out another folder). Nothing was run."
+            )
 
 
 def claim_folder(out: str | Path, command: str, *, write: bool = True) -> Path:

@@ -155,8 +155,8 @@ def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
     if not missing:
         return missing
     # read now, as the hub client does at import: a process may set it after importing huggingface_hub
-    offline = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
-    why = "HF_HUB_OFFLINE is set" if constants._is_true(offline) else None
+    named = next((n for n in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if os.environ.get(n)), None)  # as the hub reads them
+    why = f"{named} is set" if named and constants._is_true(os.environ[named]) else None
     try:
         why or get_session().head(constants.ENDPOINT, timeout=HUB_TIMEOUT)
     except Exception as exc:  # httpx's connection errors (no route, no name, a timeout)
@@ -206,6 +206,11 @@ CONFIG_LIMITS |= dict.fromkeys(
 )
 
 
+MAX_EXPERTS = 4096  # the same 8 × the most a released model routes among (Qwen3-Next's 512)
+# why RoPE's base (rope_theta) must be above 1: pair i turns by position × theta^(-2i/d)
+ROPE_BASE_WHY = "RoPE's base: at 1 or less no pair turns slower than a radian a token, so no position is told apart"
+
+
 def check_sizes(text) -> None:
     """Refuse a (text) config whose sizes are not positive whole numbers or are past CONFIG_LIMITS."""
     for name, limit in CONFIG_LIMITS.items():
@@ -215,6 +220,17 @@ def check_sizes(text) -> None:
         if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
             why = f"over the {limit:,} longctx takes" if limit and value > limit else "not a positive whole number"
             raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
+    for name in (
+        "num_experts",
+        "num_local_experts",
+        "n_routed_experts",
+    ):  # (0 is a dense model's in some families: the estimate's to judge)
+        if isinstance(experts := getattr(text, name, None), int) and experts > MAX_EXPERTS:
+            raise LongctxError(f"The config's {name} is {experts:,}: over the {MAX_EXPERTS:,} longctx takes; fix config.json.")
+    rope = getattr(text, "rope_parameters", None)  # (a dict per layer type in some families: its own bases, unread)
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else getattr(text, "rope_theta", None)
+    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and not theta > 1:
+        raise LongctxError(f"The config's rope_theta is {theta!r}: it must be above 1 ({ROPE_BASE_WHY}); fix config.json.")
 
 
 def check_weights(path: Path) -> None:

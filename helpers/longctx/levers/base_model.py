@@ -27,6 +27,7 @@ BASE = dict(
     answer_only=False,  # pass-key documents teach only their answer: the loss on the key's tokens, not the filler
     scheduler="cosine", init="",  # init: a model folder to go on training (its preset and RoPE base are kept)
 )  # fmt: skip
+SAID = {"warmup_steps": "default 100, or a tenth of --steps when that is fewer"}  # defaults that depend on another
 SCHEDULERS = ("cosine", "constant")
 MAX_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
 
@@ -51,6 +52,8 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     if unknown := sorted(set(options) - set(BASE)):
         raise TypeError(f"pretrain() takes the options {', '.join(BASE)}, not {', '.join(unknown)}")
     p = {**BASE, **options}  # in the order of BASE
+    if "warmup_steps" not in options:  # a short run warms up for a tenth of it (the committed models: 100 of 1000)
+        p["warmup_steps"] = min(BASE["warmup_steps"], p["steps"] // 10)
     # every option in range, named by its flag, before a model is built (argparse read the types)
     if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
         cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
@@ -62,14 +65,18 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
         if p[name] < low:
             raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
+    if p["warmup_steps"] >= p["steps"]:  # every step would train at a fraction of the rate: a model barely trained
+        raise LongctxError(
+            f"--warmup-steps must be below --steps ({p['steps']:,}): the rate rises from 0 over the warmup, and "
+            f"{p['warmup_steps']:,} steps of it would leave the model barely trained. Lower it, or raise --steps."
+        )
     if p["seed"] >= SEED_LIMIT:
         raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
     for name in ("learning_rate", "rope_theta"):
         if not (math.isfinite(p[name]) and p[name] > 0):
             raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
-    if p["rope_theta"] <= 1:  # RoPE turns pair i by position × theta^(-2i/d): at 1 or less no pair turns slower
-        raise LongctxError(f"--rope-theta must be above 1 (RoPE's base: at 1 or less no pair turns slower than a radian a "
-                           f"token, so no position is told apart), got {p['rope_theta']!r}.")  # fmt: skip
+    if p["rope_theta"] <= 1:
+        raise LongctxError(f"--rope-theta must be above 1 ({models.ROPE_BASE_WHY}), got {p['rope_theta']!r}.")
     if p["learning_rate"] > 1:  # AdamW's steps are about the rate in size: past 1 the weights overflow
         raise LongctxError(
             f"--learning-rate must be at most 1 (AdamW moves each weight by about that much a step), got {p['learning_rate']!r}."

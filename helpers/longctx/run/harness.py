@@ -31,6 +31,9 @@ from longctx.run import needs, schema
 SIZES = ("ci", "cpu", "gpu", "rehearsal")
 REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
 MAX_TILES = 1024  # fused-head tiles of one CPU step (_check_tiles)
+# a CPU step this many times the size's tokens is refused without --timeout: each step at least that many times
+# longer, against a limit of needs.LIMIT_FACTOR × the size's minutes
+RAISED_UNTIMED = needs.LIMIT_FACTOR**2
 RUN_FREE_BYTES = 64 * 2**20  # free space a run needs at --out: the largest, 03 at cpu, writes 34 MiB
 RUN_FREE_FILES = 256  # and room for files (inodes): the most, 04's, is 45
 OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
@@ -206,12 +209,13 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
 RunResult = namedtuple("RunResult", "notebook size out executed results seconds")
 
 
-def checked_run(notebook: Path, size: str, overrides: dict | None = None) -> dict:
-    """The size's values with `overrides`, checked against the notebook and this machine."""
+def checked_run(notebook: Path, size: str, overrides: dict | None = None, timeout: float | None = None) -> dict:
+    """The size's values with `overrides`, checked against the notebook and this machine (`timeout`: the minutes
+    --timeout gives the run, if any)."""
     params = {**size_params(notebook, size), **(overrides or {})}
     check_parameters(notebook, params, size)
     needs.check(notebook.stem, size, params)
-    _check_raised_length(notebook.stem, size, params)
+    _check_raised_length(notebook.stem, size, params, timed=timeout is not None)
     return params
 
 
@@ -234,7 +238,7 @@ def _names(given) -> list:
     return given if isinstance(given, list) else [given] if given else []
 
 
-def _check_raised_length(notebook: str, size: str, params: dict) -> None:
+def _check_raised_length(notebook: str, size: str, params: dict, timed: bool = False) -> None:
     """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`), made longer or larger than the
     size's own, or run on another model or config, is first estimated: the step the lessons start from (the plain loss,
     checkpointing on) must fit this machine's available memory, or the kernel would be killed minutes in. Its time is not
@@ -279,11 +283,14 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
                 f"{batch:,} × {length:,} tokens needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate {flags}`), "
                 f"and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller batch or model, or a GPU size."
             )
-        more = (
-            f"is {length * batch / (was * was_batch):.3g}× the {size} size's tokens a step"
-            if length * batch > was * was_batch
-            else f"is another model than the {size} size's"
-        )
+        if (ratio := length * batch / (was * was_batch)) > RAISED_UNTIMED and not timed:
+            limit = needs.of(notebook, size).limit_minutes
+            raise LongctxError(
+                f"{notebook}: {raised} is {ratio:.3g}× the {size} size's tokens a step: far past what its {limit:g}-minute "
+                f"limit holds (a CPU's time is not estimated). Give it the time with --timeout MINUTES, or use a longer "
+                "size (`longctx list`)."
+            )
+        more = f"is {ratio:.3g}× the {size} size's tokens a step" if ratio > 1 else f"is another model than the {size} size's"
         if (told := f"{notebook}: {raised} {more}") not in said:
             said.add(told)
             print(f"{told}; it may run past the size's time limit (`longctx list` shows it; --timeout MINUTES gives it "
@@ -346,24 +353,19 @@ def run(
     check_choice("size", size, SIZES)
     check_timeout(timeout)
     notebook = resolve(name)
-    params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in checked_run(notebook, size, overrides).items()}
+    checked = checked_run(notebook, size, overrides, timeout)
+    params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in checked.items()}
     limit, limit_how = time_limit(notebook.stem, size, timeout)
     require_corpus()  # every size reads the corpus; a notebook never downloads it
     check_caches()  # nor builds its caches again; a damaged one is named here, not minutes into the kernel
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
-    where = next(p for p in [target, *target.parents] if p.exists())
-    free, room = shutil.disk_usage(where).free, os.statvfs(where)
-    if free < RUN_FREE_BYTES or room.f_files and room.f_favail < RUN_FREE_FILES:  # it would stop the run minutes in
-        has = f"{free / 2**20:.1f} MiB free" if free < RUN_FREE_BYTES else f"room for {room.f_favail} new files (inodes)"
-        raise LongctxError(
-            f"{where} has {has}; a run writes its executed notebook, figures and trainer files there (up to "
-            f"{RUN_FREE_BYTES // 2**20} MiB in {RUN_FREE_FILES} files). Free space, or give --out another disk. Nothing was run."
-        )
+    files.check_room(target, RUN_FREE_BYTES, RUN_FREE_FILES, "a run writes its executed notebook, figures and trainer files")
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
     if target.is_dir() and (other := next((p.name for p in target.glob("*.ipynb") if p.name != notebook.name), None)):
         # a run replaces its own results and figures: in another notebook's folder it would leave a mix of the two
         raise LongctxError(f"{target} holds another notebook's run ({other}); give {notebook.stem} an --out of its own.")
+    files.check_kinds(target, {"results.json": False, ".lock": False, notebook.name: False, "figures": True}, "run")
     out = files.claim_folder(target, "run")
     try:  # one run at a time in a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(out / ".lock", timeout=0):
@@ -473,7 +475,7 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
     check_timeout(timeout)
     chosen = [resolve(n) for n in names] if names else list(notebooks().values())
     for nb in chosen:  # every size file and the machine checked before the first notebook spends minutes
-        checked_run(nb, size)
+        checked_run(nb, size, timeout=timeout)
     results = []
     for nb in chosen:
         print(f"== {nb.stem} ({size})", flush=True)

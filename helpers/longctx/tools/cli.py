@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(value, bool):  # a switch: --answer-only / --no-answer-only
             p.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=f"default {value}")
         else:
-            p.add_argument(flag, dest=key, type=type(value), default=None, help=f"default {value!r}")
+            p.add_argument(flag, dest=key, type=type(value), default=None, help=base_model.SAID.get(key, f"default {value!r}"))
     p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet, timeout)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
     p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)

@@ -2,6 +2,7 @@
 from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
 site opens from disk (file://) as well as from any static web server."""
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -16,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 from longctx import files
 from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
+from longctx.tools.figures import GUIDE_FIGURES
 
 # what a run's results.json must hold to be shown (notebook.Session writes it), checked with jsonschema; the fields
 # the page shows are of the forms a run writes (a version, a device), so none can carry Markdown or HTML
@@ -36,6 +38,8 @@ RESULTS = {
 PAPERMILL = {"type": "object", "properties": {"input_path": {"type": ["string", "null"]}, "parameters": {"type": "object"}}}
 TABLE_TAGS = ("div", "table", "thead", "tbody", "tr", "th", "td")  # a pandas DataFrame's HTML output
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
+SITE_BYTES, SITE_FILES = 32 * 2**20, 512  # a site beside its runs: the theme, the figures, the pages (about 200 files)
+IMAGE_STARTS = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml ve"}  # the first 8 bytes matplotlib writes
 CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
 
@@ -60,6 +64,8 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
             if results.exists() and (files.json_object(results) or {}).get("size", size) == size:
                 runs[name] = executed
     runs = {name: _checked_run(name, Path(executed), size) for name, executed in runs.items()}
+    shown = sum(executed.stat().st_size for executed in runs.values())  # each run: a copy, its page, its download
+    files.check_room(out.parent, 3 * shown + SITE_BYTES, SITE_FILES, "the site is built beside it, then swapped in")
     try:  # built in a fresh folder beside `out`, then swapped in whole (files.swap_in)
         with files.staging(out) as tmp:
             docs, site = Path(tmp) / "docs", Path(tmp) / "site"
@@ -137,9 +143,11 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
     if why is None:
         try:
             nb = nbformat.read(executed, as_version=4)
+            nbformat.validate(nb)  # (nbformat.read only warns; MkDocs' reader would stop on it, naming no file)
             papermill = nb.metadata.get("papermill", {})
         except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
-            why, papermill = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})", {}
+            said = str(exc).splitlines()[0][:160] if isinstance(exc, nbformat.ValidationError) else type(exc).__name__
+            why, papermill = f"{executed.name} cannot be read as a notebook ({said})", {}
         if why is None and (why := _unlike(papermill, PAPERMILL, f"{executed.name}'s papermill record")):
             papermill = {}
         ran, recorded = papermill.get("input_path") or "", results.get("params") or {}
@@ -225,13 +233,19 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
     if figures.is_symlink() or ((figures / "index.md").is_file() and not files.claimed(figures, "figures")):
         raise LongctxError(f"{figures} is {'a link' if figures.is_symlink() else 'a folder'} that `longctx figures` did not "
                            "write: move it away, or run `longctx figures` again. The site was not changed.")  # fmt: skip
-    if (figures / "index.md").is_file():
-        for f in (f for f in figures.iterdir() if f.suffix in (".md", ".png", ".svg")):
-            if f.is_symlink() or not f.is_file():  # the site copies only what `longctx figures` wrote, never elsewhere
-                kind = "a link" if f.is_symlink() else "a folder" if f.is_dir() else "not a regular file"
-                raise LongctxError(f"{f} is {kind}, not a figure `longctx figures` "
-                                   "wrote: move it away, or run `longctx figures` again. The site was not changed.")  # fmt: skip
-            shutil.copyfile(f, docs / "figures" / f.name)
+    if (figures / "index.md").is_file():  # the figures `longctx figures` writes, each an image, under an index of ours
+        lines = [f"# Guide figures ({size} size)\n\nAs `longctx figures --size {size}` last drew them.\n"]
+        for name, nb in GUIDE_FIGURES.items():
+            for f in (figures / f"{name}.png", figures / f"{name}.svg"):
+                with contextlib.suppress(OSError):
+                    head = f.open("rb").read(8) if f.is_file() and not f.is_symlink() else b""
+                if head != IMAGE_STARTS[f.suffix]:  # never through a link, never another file under a figure's name
+                    kind = "a link" if f.is_symlink() else "missing" if not f.exists() else "not the image it is named"
+                    raise LongctxError(f"{f} is {kind}, not a figure `longctx figures` wrote: move it away, or run "
+                                       "`longctx figures` again. The site was not changed.")  # fmt: skip
+                shutil.copyfile(f, docs / "figures" / f.name)
+            lines.append(f"## {name}\n\n![{name}]({name}.png)\n\nFrom lesson `{nb}` ([SVG]({name}.svg)).\n")
+        (docs / "figures" / "index.md").write_text("\n".join(lines))
     else:
         (docs / "figures" / "index.md").write_text(
             f'# Guide figures\n\n!!! warning "Not generated at the `{size}` size"\n    `longctx figures --size {size}` '
@@ -261,6 +275,8 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
     nb = nbformat.read(executed, as_version=4)
     clean = SanitizeHTML(attributes={"*": ["class"], "table": ["border"]})
     clean.tags = [*clean.tags, *TABLE_TAGS]
+    # Markdown outputs dropped (no lesson writes one): bleach cleans them as HTML, and a Markdown link is no HTML
+    clean.sanitized_output_types = {"text/html"}
     for cell in nb.cells:  # an output's HTML (a pandas table) kept, a script or an event handler in it escaped
         if cell.cell_type == "code":
             cell.outputs = clean.sanitize_code_outputs(cell.outputs)

@@ -284,14 +284,9 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     data.require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now, each step's memory too, as a run would
         for point in sweep.pending():  # (a SLURM node checks its own; submitit's processes would only log a refusal)
-            harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point})
+            harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point}, sweep.timeout)
     written = {"points": True, "source": True, "submitit": True, ".lock": False, "sweep.csv": False, "slurm.json": False}
-    for name, folder in written.items():
-        if (sweep.out / name).exists() and (sweep.out / name).is_dir() != folder:  # it would fail half-way
-            raise LongctxError(
-                f"{sweep.out / name} should be a {'folder' if folder else 'file'} that the sweep writes; move it "
-                "away (or give --out another folder). Nothing was run."
-            )
+    files.check_kinds(sweep.out, written, "sweep")
     points = sweep.out / "points"
     if points.is_dir() and not points.is_symlink() and (link := next((p for p in points.iterdir() if p.is_symlink()), None)):
         raise LongctxError(  # a point's folder is replaced whole when it runs again: never through a link
