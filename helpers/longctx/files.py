@@ -130,15 +130,14 @@ def check_room(out: Path, need_bytes: int, need_files: int, writes: str) -> None
 
 def check_kinds(out: Path, kinds: dict[str, bool], command: str) -> None:
     """Refuse, before any work, a name in `out` that `command` writes as a regular file (False) or a folder (True)
-    standing there as something else: the write would fail half-way, in a raw error."""
+    standing there as something else: the write would fail half-way, in a raw error. (A link there is claim_folder's
+    to refuse.)"""
     for name, folder in kinds.items():
         path = out / name
-        if (
-            path.exists() and not path.is_symlink() and not (path.is_dir() if folder else path.is_file())
-        ):  # (a link: claim_folder)
+        if path.exists() and not path.is_symlink() and not (path.is_dir() if folder else path.is_file()):
             raise LongctxError(
                 f"{path} should be a {'folder' if folder else 'file'} that `longctx {command}` writes; move it away (or "
-                "give --out another folder). Nothing was run."
+                "give --out another folder). Nothing was started."
             )
 
 

@@ -237,6 +237,7 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
         lines = [f"# Guide figures ({size} size)\n\nAs `longctx figures --size {size}` last drew them.\n"]
         for name, nb in GUIDE_FIGURES.items():
             for f in (figures / f"{name}.png", figures / f"{name}.svg"):
+                head = b""
                 with contextlib.suppress(OSError):
                     head = f.open("rb").read(8) if f.is_file() and not f.is_symlink() else b""
                 if head != IMAGE_STARTS[f.suffix]:  # never through a link, never another file under a figure's name
