@@ -208,7 +208,7 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
     elif damage == "70000-layers":  # refused before its model is built: the shapes alone took 90 s
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "num_hidden_layers": 70000, "layer_types": None}))
-        why = r"num_hidden_layers is 70,000: over the 1,024 longctx takes"
+        why = f"num_hidden_layers is 70,000: over the {models.CONFIG_LIMITS['num_hidden_layers']:,} longctx takes"
     else:  # a vocabulary smaller than the tokenizer's ids: the embedding would be indexed out of range
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "vocab_size": 1000}))
