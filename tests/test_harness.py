@@ -538,7 +538,7 @@ def test_empty_values_and_folders_are_named(capsys):
     assert main(["run", "00", "--size", "ci", "--out", ""]) == 2
     assert "--out is empty" in capsys.readouterr().err
     assert main(["plan", "--model", "qwen3-4b", "--seq-len", "1M", "--gpu-memory", "inf"]) == 2
-    assert "GPU memory must be a positive number of GiB or a card" in capsys.readouterr().err
+    assert "GPU memory must be a positive number of GiB up to" in capsys.readouterr().err
 
 
 def test_cp_lengths_and_dataset_files_are_checked_before_a_kernel(tmp_path):
@@ -1152,3 +1152,20 @@ def test_a_step_far_past_the_sizes_tokens_is_run_only_when_given_the_time(tmp_pa
     assert not (tmp_path / "out").exists()
     harness.checked_run(notebook, "ci", {"MULTIPLE": raised}, timeout=4 * limit)  # given the time, it is told the risk
     assert f"MULTIPLE={raised:,} is " in capsys.readouterr().err
+
+
+def test_leading_zeros_are_no_size_and_a_card_past_any_device_is_refused(tmp_path):
+    """Round 11: `SEQ_LEN=000…064` (34 characters) was refused as too large a number; `--gpu 1e308` printed float noise
+    as a fit; a config.json that is a link loop was called an unknown model."""
+    from longctx import models
+    from longctx.memory import cards
+
+    assert harness.parse_value("0" * 32 + "64") == 64
+    with pytest.raises(LongctxError, match=r"\(31 digits\) as a number"):
+        harness.parse_value("0" * 5 + "1" * 31)
+    with pytest.raises(LongctxError, match=f"GPU memory must be a positive number of GiB up to {cards.MAX_GIB:,}"):
+        cards.capacity("1e308")
+    assert cards.capacity(str(cards.MAX_GIB))[0] == cards.MAX_GIB
+    (tmp_path / "config.json").symlink_to("config.json")
+    with pytest.raises(LongctxError, match="config.json is a link to nothing \\(or a loop of links\\)"):
+        models.check_spec(str(tmp_path))

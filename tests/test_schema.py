@@ -131,6 +131,7 @@ def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
         "weights-the-config-names",
         "weights-the-config-names-outside",
         "rope-theta-0",
+        "yarn-factor-0",
     ],
 )
 def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_path, damage):
@@ -199,6 +200,12 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_by_file(tmp_p
         settings = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**settings, "transformers_weights": named}))
         why = rf"other.safetensors: {first} holds NaN" if damage.endswith("names") else r"names '\.\./model/other.safetensors'"
+    elif damage == "yarn-factor-0":  # named as the config's, not as weights too large
+        settings = json.loads((folder / "config.json").read_text())
+        yarn = {"rope_type": "yarn", "factor": 0.0, "original_max_position_embeddings": 128}
+        settings["rope_parameters"] = {**(settings.get("rope_parameters") or {}), **yarn}
+        (folder / "config.json").write_text(json.dumps(settings))
+        why = r"rope_parameters factor is 0.0: it must be positive"
     elif damage == "rope-theta-0":  # its step's angles are infinite: named as the config's, not as the weights'
         settings = json.loads((folder / "config.json").read_text())
         rope = settings.get("rope_parameters") or {}

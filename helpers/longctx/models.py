@@ -176,6 +176,8 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
         return
+    if (path / "config.json").is_symlink() and not (path / "config.json").exists():  # a link to nothing, or a loop
+        raise LongctxError(f"{path / 'config.json'} is a link to nothing (or a loop of links): restore the model's config.json.")
     if (path / "config.json").exists() and not (path / "config.json").is_file():  # a FIFO, a folder
         raise LongctxError(f"{path / 'config.json'} is not a regular file: a model's config.json is a JSON file of its settings.")
     if not is_local_config(path):
@@ -229,6 +231,9 @@ def check_sizes(text) -> None:
             raise LongctxError(f"The config's {name} is {experts:,}: over the {MAX_EXPERTS:,} longctx takes; fix config.json.")
     rope = getattr(text, "rope_parameters", None)  # (a dict per layer type in some families: its own bases, unread)
     theta = rope.get("rope_theta") if isinstance(rope, dict) else getattr(text, "rope_theta", None)
+    factor = rope.get("factor") if isinstance(rope, dict) else None  # YaRN's and linear scaling's stretch
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and not factor > 0:
+        raise LongctxError(f"The config's rope_parameters factor is {factor!r}: it must be positive; fix config.json.")
     if isinstance(theta, (int, float)) and not isinstance(theta, bool) and not theta > 1:
         raise LongctxError(f"The config's rope_theta is {theta!r}: it must be above 1 ({ROPE_BASE_WHY}); fix config.json.")
 

@@ -83,6 +83,9 @@ RESERVED_OVER_ALLOCATED = (1.0304, 1.2621)
 UNMODELLED["allocator rounding"] = UNMODELLED["allocator rounding"].format(*(r - 1 for r in RESERVED_OVER_ALLOCATED))
 
 
+MAX_GIB = 2**20  # a card's memory given as a number: a mebibyte of GiB is past any device (and past float noise)
+
+
 def card(gpu) -> Card | None:
     """The card named `gpu` (as people type it: any case), or None for a number or an unknown name."""
     return {k.upper(): c for k, c in CARDS.items()}.get(gpu.upper() if isinstance(gpu, str) else None)
@@ -96,8 +99,10 @@ def capacity(gpu: str | float | int) -> tuple[float, str]:
         gib = float(gpu)
     except (TypeError, ValueError):
         raise LongctxError(f"Unknown GPU {gpu!r}; use one of {', '.join(CARDS)}, or a number of GiB.") from None
-    if not (math.isfinite(gib) and gib > 0):
-        raise LongctxError(f"GPU memory must be a positive number of GiB or a card ({', '.join(CARDS)}), got {gpu!r}.")
+    if not (math.isfinite(gib) and 0 < gib <= MAX_GIB):
+        raise LongctxError(
+            f"GPU memory must be a positive number of GiB up to {MAX_GIB:,} or a card ({', '.join(CARDS)}), got {gpu!r}."
+        )
     return gib, f"{gib:g} GiB as given"
 
 

@@ -147,8 +147,9 @@ def parse_value(raw: str):
     None, [a, b] is a list of such values, quotes keep a string; anything else stays the string it is
     (YAML 1.1 would read 064 as octal 52, 1:04 as 64, yes as True and a date as a date)."""
     text, lower = raw.strip(), raw.strip().lower()
-    if len(text) > 30 and text.lstrip("+-").isdigit():  # no parameter counts that high (float() would say inf)
-        raise LongctxError(f"Cannot read {text[:20]}… ({len(text)} digits) as a number: no parameter takes one that large.")
+    digits = text.lstrip("+-").lstrip("0")  # ("064" is 64: leading zeros are no size)
+    if len(digits) > 30 and digits.isdigit():  # no parameter counts that high (float() would say inf)
+        raise LongctxError(f"Cannot read {text[:20]}… ({len(digits)} digits) as a number: no parameter takes one that large.")
     for number in (int, float) if "_" not in text else ():  # Python's own reading of a decimal ("1_000" stays text)
         with contextlib.suppress(ValueError):
             return number(text)
