@@ -940,7 +940,8 @@ def test_pretrain_checks_the_room_for_its_model_before_training(tmp_path, monkey
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 0, 10**5))  # 0.1 MB free
     assert main(["pretrain", "--out", str(tmp_path / "new"), "--steps", "1"]) == 2
-    assert "MiB free; the trained model takes about" in capsys.readouterr().err and not (tmp_path / "new").exists()
+    assert "MiB free; the trained model, its tokenizer and records are written" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_run_stopped_before_its_notebook_is_in_place_leaves_no_results(tmp_path):

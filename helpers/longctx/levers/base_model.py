@@ -7,7 +7,6 @@ import contextlib
 import functools
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 
@@ -128,11 +127,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
             raise LongctxError(f"--init {p['init']}: its weight {bad} holds NaN or infinite numbers; train from a sound model.")
     # the weights (fp32 safetensors) and the tokenizer land in `out` after training: room for them is checked before it
     need = models.n_params(model) * 4 + (data.data_dir() / f"tokenizer-{data.VOCAB_SIZE}" / "tokenizer.json").stat().st_size + MIB
-    if (free := shutil.disk_usage(next(d for d in [out, *out.parents] if d.exists())).free) < need:
-        raise LongctxError(
-            f"{out} has {free / MIB:.0f} MiB free; the trained model takes about {need / MIB:.0f} MiB. Free space there, or "
-            "give --out another disk. Nothing was trained."
-        )
+    files.check_room(out, need, 64, "the trained model, its tokenizer and records are written")
     trained = max(p["seq_len"], before["trained_length"] if before else 0)  # the longest position it has seen
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     if p["retrieval"]:
