@@ -116,7 +116,7 @@ def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
         data.fetch_corpus()
     with pytest.raises(LongctxError, match="corpus is not built"):
         harness.run("00", "ci", out=tmp_path / "out")
-    assert not (tmp_path / "empty" / "downloads").exists() and not (tmp_path / "out").exists()
+    assert not (tmp_path / "empty").exists() and not (tmp_path / "out").exists()  # not even the data folder
 
 
 def test_verify_names_damage_of_every_kind_and_never_hangs(data_copy):
@@ -266,39 +266,39 @@ def test_a_damaged_token_cache_is_named_before_a_kernel_and_pretrain_never_write
     from longctx.levers import base_model
     from longctx.paths import REPO
 
-    data.check_caches()
+    data.check_built()
     cache = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
     raw = bytearray(cache.read_bytes())
     raw[-1] ^= 0xFF  # the last id turns negative
     cache.write_bytes(bytes(raw))
     with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: changed. `longctx data --force`"):
-        data.check_caches()
+        data.check_built()
     cache.write_bytes(bytes(raw[:-1]) + bytes([raw[-1] ^ 0xFF]))  # put back
     elsewhere = tmp_path_factory.mktemp("elsewhere") / cache.name
     cache.rename(elsewhere)
     cache.symlink_to(elsewhere)  # the same bytes, through a link: the kernel's reads refuse it (data.own_path)
     with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: a link"):
-        data.check_caches()
+        data.check_built()
     cache.unlink()
     elsewhere.rename(cache)
     moved = tmp_path_factory.mktemp("theirs-rb") / "rb"
     shutil.copytree(REPO / "data" / "retrieval-base", moved)  # (the committed model: in git, not in this copy)
     (data_copy / "retrieval-base").symlink_to(moved)  # lesson 02's committed model, read through a link
     with pytest.raises(LongctxError, match="retrieval-base: a link"):
-        data.check_caches()
+        data.check_built()
     (data_copy / "retrieval-base").unlink()
     moved.rename(data_copy / "retrieval-base")
-    data.check_caches()  # as committed
+    data.check_built()  # as committed
     weights = data_copy / "retrieval-base" / "model.safetensors"
     committed = weights.read_bytes()
     weights.write_bytes(committed[:-1] + b"\0")  # not as committed
     with pytest.raises(LongctxError, match=r"retrieval-base/model.safetensors: changed \(restore it with `git checkout"):
-        data.check_caches()
+        data.check_built()
     weights.write_bytes(committed)
     shard = next((data_copy / data.PARQUET_DIR / "data").glob("train-*.parquet"))
     shard.write_bytes(shard.read_bytes()[:100])  # the parquet copy a rehearsal reads through `datasets`, cut
     with pytest.raises(LongctxError, match=rf"{data.PARQUET_DIR}/data/{shard.name}: changed"):
-        data.check_caches()
+        data.check_built()
     theirs = tmp_path_factory.mktemp("theirs")
     (data_copy / "yarn-base").symlink_to(theirs)  # pretrain's default --out, linked to someone's folder
     with pytest.raises(LongctxError, match="yarn-base is a link"):

@@ -131,7 +131,7 @@ def test_figures_runs_its_notebooks_under_the_out_folder_given(tmp_path, monkeyp
         ran.clear()
         assert figures.regenerate("ci", out, progress=False) == out.resolve()
         assert ran and all(r.parent == out.resolve() / figures.RUNS for r in ran)
-    assert not any(build_dir().iterdir())  # nothing in the default build folder
+    assert not build_dir().exists()  # nothing in the default build folder, not even the folder
     failed = tmp_path / "Y"
 
     def fails(nb, size, out, **kwargs):  # the second notebook stops (a full disk, say): runs/ is left behind
@@ -653,6 +653,33 @@ def test_a_loop_of_links_and_a_home_that_does_not_exist_are_refused_plainly(tmp_
     assert "LONGCTX_BUILD '~no-such-user-here/build' starts with" in capsys.readouterr().err
 
 
+def test_a_refused_command_leaves_no_data_or_build_folder_behind(tmp_path, monkeypatch, capsys):
+    """The data and build folders are made by the command that writes into them, not on being named."""
+    from longctx.tools.cli import main
+
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "new-data"))
+    monkeypatch.setenv("LONGCTX_BUILD", str(tmp_path / "new-build"))
+    assert main(["run", "02", "--size", "ci"]) == 2  # its miniature is not there
+    assert "No pretrained base model" in capsys.readouterr().err
+    assert main(["run", "00", "--size", "ci"]) == 2  # nor the corpus
+    assert "run `longctx data`" in capsys.readouterr().err
+    assert main(["figures", "--size", "ci"]) == 2
+    assert "LONGCTX_DATA" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "gone"))
+    assert main(["run", "00", "--size", "ci"]) == 2
+    assert "a symbolic link that leads nowhere" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+    monkeypatch.delenv("LONGCTX_BUILD")
+    from longctx import paths
+
+    monkeypatch.setattr(paths, "REPO", tmp_path)  # the default build/ as a file: named as the default, not the variable
+    (tmp_path / "build").write_text("mine")
+    monkeypatch.setenv("LONGCTX_DATA", "")
+    with pytest.raises(LongctxError, match=r"build \(the default; LONGCTX_BUILD moves it\) is not a folder"):
+        paths.build_dir()
+
+
 def test_names_the_library_gives_a_meaning_are_not_read_as_local_folders(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("tiny", "base", "corpus"):
@@ -689,6 +716,13 @@ def _folder(tmp_path, name: str) -> str:
     return str(tmp_path / name)
 
 
+def _looping_config(tmp_path) -> str:
+    (folder := tmp_path / "loop").mkdir(exist_ok=True)
+    if not (folder / "config.json").is_symlink():
+        (folder / "config.json").symlink_to("config.json")
+    return str(folder)
+
+
 def _dev_zero_config(tmp_path):
     (folder := tmp_path / "zero").mkdir()
     (folder / "config.json").symlink_to("/dev/zero")
@@ -716,6 +750,8 @@ SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in th
     [
         (lambda t, m: ["run", "00", "--size", "ci", "--out", str(t / "new\nline")], "holds '\\\\n': a line break"),
         (lambda t, m: ["estimate", "--model", _folder(t, "empty"), "--seq-len", "1k"], "has no config.json"),
+        (lambda t, m: ["estimate", "--model", _looping_config(t), "--seq-len", "1k"], r"a link to nothing \(or a loop"),
+        (lambda t, m: ["estimate", "--model", _looping_config(t) + "/config.json", "--seq-len", "1k"], "a loop of links"),
         (lambda t, m: ["estimate", "--model", _write(t, "list.json", "[1, 2]"), "--seq-len", "1k"], "holds a JSON list, not an"),
         (lambda t, m: ["estimate", "--model", _write(t, "wide.json", WIDE), "--seq-len", "1k"], "hidden_size is 1,048,576: over"),
         (
@@ -752,6 +788,8 @@ SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in th
     ids=[
         "line-break-in-out",
         "model-folder-without-config",
+        "model-folder-whose-config-loops",
+        "config-file-that-loops",
         "config-that-is-a-list",
         "config-wider-than-any-model",
         "text-config-its-family-lacks",

@@ -229,7 +229,7 @@ def test_a_sweep_without_the_corpus_claims_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "empty"))
     with pytest.raises(LongctxError, match="corpus is not built"):
         sweep.run(sw)
-    assert not (tmp_path / "sw").exists()
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "empty").exists()
 
 
 def test_slurm_without_submitit_names_the_install(tmp_path, monkeypatch):
@@ -258,7 +258,9 @@ def test_a_point_is_reused_only_under_the_same_settings(tmp_path):
 
 
 def test_grid_values_are_points_once_and_never_share_a_folder(tmp_path):
-    assert sweep.parse_grid(["SEQ_LEN=32,32,032,64"]) == {"SEQ_LEN": [32, 64]}
+    for repeated in ("SEQ_LEN=32,64,032", "CAPACITY_GIB=80,8e1", "SEQ_LEN=256,256"):
+        with pytest.raises(LongctxError, match="gives one value twice"):
+            sweep.parse_grid([repeated])
     sw = sweep.Sweep("05", "ci", {"PROBE_BACKEND": ["aot_eager"]}, out=tmp_path)
     alike = [{"PROBE_BACKEND": "aot_eager"}, {"PROBE_BACKEND": "aot/eager"}]  # the same slug, different values
     assert len({sw.folder(p) for p in alike}) == 2
@@ -298,8 +300,7 @@ def test_a_notebook_copy_is_swept_as_itself_and_an_edit_is_a_new_experiment(tmp_
     assert edited.key(edited.points()[0]) != mine.key(mine.points()[0])
 
 
-def test_equal_numbers_are_one_point_and_a_damaged_record_reruns(tmp_path):
-    assert sweep.parse_grid(["CAPACITY_GIB=80,80.0,8e1"]) == {"CAPACITY_GIB": [80]}
+def test_a_bool_is_not_a_number_in_a_grid_and_a_damaged_record_reruns(tmp_path):
     assert sweep.parse_grid(["FIND_REACH=true,1"]) == {"FIND_REACH": [True, 1]}  # a bool is not a number here
     folder = tmp_path / "p"
     folder.mkdir()

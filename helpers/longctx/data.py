@@ -85,10 +85,11 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     return problems + [f"{rel}: not written by longctx (move it away)" for rel in unlisted]
 
 
-def check_caches() -> None:
-    """Refuse, before a kernel reads them, a token cache, tokenizer or parquet copy of the corpus that is not what
-    `longctx data` built (SHA-256 against manifest.json), or a committed model that is not as committed: a kernel
-    would find it only minutes in."""
+def check_built() -> None:
+    """Refuse, before a command makes its folder or starts a kernel, data that is not there (the corpus: a notebook
+    never downloads it) or not what `longctx data` built (a token cache, the tokenizer or the parquet copy of the
+    corpus against manifest.json's SHA-256), or a committed model not as committed: a kernel would find it minutes in."""
+    require_corpus()
     read = (f"tokens-{VOCAB_SIZE}-", f"tokenizer-{VOCAB_SIZE}/", f"{PARQUET_DIR}/")
     listed = {k: v for k, v in _manifest().items() if k.startswith(read)}
     problems = [p for rel, digest in listed.items() for p in _check({rel: digest}) if p.startswith(rel)] + _miniatures()

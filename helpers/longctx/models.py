@@ -169,6 +169,14 @@ def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
     return missing
 
 
+def _check_config_file(given: Path) -> None:
+    """A config file that is named but cannot be read as one: a link to nothing or a loop, a device, a FIFO, a folder."""
+    if given.is_symlink() and not given.exists():
+        raise LongctxError(f"{given} is a link to nothing (or a loop of links): restore the model's config.json.")
+    if given.exists() and not given.is_file():
+        raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
+
+
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model that is none of: a preset, an existing config.json or model folder,
     a hub id ('org/name'), or (notebook 02) one of the lessons' miniatures ("base", "retrieval")."""
@@ -176,10 +184,7 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
         return
-    if (path / "config.json").is_symlink() and not (path / "config.json").exists():  # a link to nothing, or a loop
-        raise LongctxError(f"{path / 'config.json'} is a link to nothing (or a loop of links): restore the model's config.json.")
-    if (path / "config.json").exists() and not (path / "config.json").is_file():  # a FIFO, a folder
-        raise LongctxError(f"{path / 'config.json'} is not a regular file: a model's config.json is a JSON file of its settings.")
+    _check_config_file(path / "config.json")
     if not is_local_config(path):
         ours = f", or one of the lessons' own: {', '.join(map(repr, MINIATURES))}." if allow_base else "."
         raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}{ours}")
@@ -478,19 +483,18 @@ def config(spec: str, **overrides):
     if spec in PRESETS:
         return Qwen3Config(**{**PRESETS[spec].config, **overrides})
     path = user_path(spec, "The model")
+    given = path / "config.json" if path.is_dir() else path
+    _check_config_file(given)
     if not path.exists():
         if path.suffix == ".json" or spec.startswith((".", "/", "~")):
             raise LongctxError(f"No model config at {spec} (nothing is there): use {_KINDS}.")
         if not HUB_ID.match(spec):
             preset(spec)  # raises with the list of presets
-    given = path / "config.json" if path.is_dir() else path
     if path.is_dir() and not given.exists():
         raise LongctxError(
             f"The model folder {spec} has no config.json: give the folder a model was saved into (save_pretrained "
             "writes config.json beside the weights), the config.json itself, a preset or a hub id."
         )
-    if given.exists() and not given.is_file():  # a device (/dev/zero), a pipe, a folder named *.json
-        raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
     try:
         loaded = json.loads(given.read_text()) if given.is_file() and given.suffix == ".json" else {}
     except RecursionError:  # nested past what any reader of it (transformers' included) can follow

@@ -12,12 +12,14 @@ CORPUS = "corpus"  # the shipped text: its name as a dataset (data.long_sequence
 
 
 def _folder(variable: str, default: Path) -> Path:
-    """The folder an environment variable names (an empty one counts as unset), created if missing."""
-    path = user_path(os.environ.get(variable) or default, variable)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LongctxError(f"{variable}={path} cannot be a folder ({exc.strerror}): point it at a folder, or unset it.") from None
+    """The folder an environment variable names (an empty one counts as unset). Never created here: the command that
+    writes into it creates it, so a command refused before its work leaves no empty folder behind."""
+    named = os.environ.get(variable)
+    path = user_path(named or default, variable)
+    if path.is_symlink() and not path.exists() or path.exists() and not path.is_dir():
+        what = "a symbolic link that leads nowhere (dangling, or a loop)" if path.is_symlink() else "not a folder"
+        said = f"{variable}={named}" if named else f"{path} (the default; {variable} moves it)"
+        raise LongctxError(f"{said} is {what}: point {variable} at a folder, or move that away.")
     return path
 
 

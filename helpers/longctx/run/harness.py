@@ -349,7 +349,7 @@ def run(
 ) -> RunResult:  # fmt: skip
     """Execute one notebook at `size` (+ overrides) into `out` (default build/<notebook>/), stopped with everything it
     started after `timeout` minutes (default: time_limit's)."""
-    from longctx.data import check_caches, require_corpus
+    from longctx.data import check_built
 
     check_choice("size", size, SIZES)
     check_timeout(timeout)
@@ -357,8 +357,7 @@ def run(
     checked = checked_run(notebook, size, overrides, timeout)
     params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in checked.items()}
     limit, limit_how = time_limit(notebook.stem, size, timeout)
-    require_corpus()  # every size reads the corpus; a notebook never downloads it
-    check_caches()  # nor builds its caches again; a damaged one is named here, not minutes into the kernel
+    check_built()  # every size reads the corpus, and a notebook never downloads it nor builds its caches again
     target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
     files.check_room(target, RUN_FREE_BYTES, RUN_FREE_FILES, "a run writes its executed notebook, figures and trainer files")
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name

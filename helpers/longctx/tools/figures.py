@@ -28,16 +28,16 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     """Run the notebooks that draw the guide's figures at `size` into `out`/runs/ (or reuse `runs`: notebook →
     RunResult); write the figures and index.md into `out` (default build/figures/<size>/), refused before any run
     if it holds files this command did not write (`force`: add them beside); `timeout`: minutes per notebook."""
-    from longctx.run import harness, needs
+    from longctx import data
+    from longctx.run import harness
 
     harness.check_timeout(timeout)
     writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
     out = files.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, folders={RUNS}, force=force)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
-    for nb in notebooks:  # every notebook's parameters and needs before the first one runs
-        params = harness.size_params(harness.resolve(nb), size)
-        harness.check_parameters(harness.resolve(nb), params, size)
-        needs.check(nb, size, params)
+    for nb in notebooks:  # every notebook's parameters and needs, and the data, before the folder is made
+        harness.checked_run(harness.resolve(nb), size, timeout=timeout)
+    data.check_built()
     runs = dict(runs or {})
     if linked := [out / RUNS / nb for nb in notebooks if (out / RUNS / nb).is_symlink()]:  # it would run elsewhere
         raise LongctxError(f"{linked[0]} is a link: figures runs its notebooks in folders of its own. Move it away.")

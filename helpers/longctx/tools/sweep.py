@@ -55,9 +55,15 @@ def parse_grid(items: list[str]) -> dict[str, list]:
         if key.strip() in grid:
             raise LongctxError(f"Grid key {key!r} is given twice.")
         grid[key.strip()] = parsed = []
-        for value in map(harness.parse_value, values):  # values equal after parsing (32, 032, 32.0) are one point
-            if not any(value == p and isinstance(value, bool) == isinstance(p, bool) for p in parsed):
-                parsed.append(value)
+        for text, value in zip(values, map(harness.parse_value, values)):  # 32, 032 and 32.0 are one value
+            if same := next(
+                (t for t, p in zip(values, parsed) if p == value and isinstance(p, bool) == isinstance(value, bool)), None
+            ):
+                raise LongctxError(
+                    f"Grid key {key.strip()} gives one value twice ({same.strip()!r} and {text.strip()!r}): give each "
+                    "value once, as a list parameter's -p value does."
+                )
+            parsed.append(value)
     return grid
 
 
@@ -281,7 +287,7 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
             sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
     if "time" in slurm:  # a point stops at the shorter of the two limits, and is recorded as timed out under it
         sweep.limit = min(sweep.limit, slurm["time"])
-    data.require_corpus()  # before the folder is claimed: a refused sweep leaves nothing behind
+    data.check_built()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now, each step's memory too, as a run would
         for point in sweep.pending():  # (a SLURM node checks its own; submitit's processes would only log a refusal)
             harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point}, sweep.timeout)
