@@ -1,4 +1,5 @@
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -432,6 +433,36 @@ def test_explore_redraws_the_estimate_when_a_control_changes():
     checkpointing.value = False  # offload without checkpointing: the refusal is shown, not raised
     assert "needs gradient checkpointing" in box.state["error"]
     box.close_all()  # closed here, not by the interpreter's exit (where ipykernel's comm manager is gone)
+
+
+def test_the_explorer_holds_no_output_widget_which_nbclient_answers_over_the_shell_channel():
+    """nbclient 0.11 stands in for a front end's Output widget and sends its state back over the shell channel while it
+    waits there for the cell's reply; a headless run of lesson 06 then waited on a reply until its time limit
+    (jupyter/nbclient#312, open). The explorer draws into a display instead. When this test's first half fails, nbclient
+    no longer answers that way."""
+    import ipywidgets
+    import nbformat
+    from jupyter_client.session import Session
+    from nbclient.client import NotebookClient
+    from nbclient.output_widget import OutputWidget
+
+    from longctx.memory.explore import explore
+
+    registry = NotebookClient(nbformat.v4.new_notebook()).widget_registry
+    assert registry == {"@jupyter-widgets/output": {"OutputModel": OutputWidget}}  # the one widget it stands in for
+    sent = []
+    client = SimpleNamespace(session=Session(), shell_channel=SimpleNamespace(send=sent.append))
+    stand_in = OutputWidget("comm", {"outputs": []}, client, SimpleNamespace())
+    printed = Session().msg("stream", content={"name": "stdout", "text": "x"})
+    stand_in.output([], printed, None, 0)
+    assert [m["msg_type"] for m in sent] == ["comm_msg"]  # every output of the widget, sent back on the shell channel
+    box = explore("deep", 4096, models=())
+    found, todo = [], [box]
+    while todo:
+        found.append(widget := todo.pop())
+        todo += getattr(widget, "children", ())
+    assert not [w for w in found if isinstance(w, ipywidgets.Output)] and box.state["peak_gib"] > 0
+    box.close_all()
 
 
 def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from longctx import LongctxError
-from longctx.run import harness, needs
+from longctx.run import harness, needs, schema
 from longctx.tools.cli import main
 
 
@@ -734,6 +734,8 @@ def _data_folder_is_a_file(tmp_path, monkeypatch):
     return ["data", "--verify"]
 
 
+NAN_WIDTH = '{"model_type": "qwen3", "hidden_size": NaN, "num_hidden_layers": 2, "num_attention_heads": 4}'
+NEGATIVE_DEPTH = '{"model_type": "qwen3", "hidden_size": 96, "num_hidden_layers": -3, "num_attention_heads": 4}'
 WIDE = '{"model_type": "qwen3", "hidden_size": 1048576, "intermediate_size": 4194304, "num_attention_heads": 8}'
 MAMBA_LAYERS = (  # transformers reads "mamba" as linear_attention, which Qwen3 has no layer for
     '{"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, '
@@ -784,6 +786,29 @@ SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in th
         ),
         (lambda t, m: ["run", "00", "--size", "ci", "-p", "LORA_RANK=20000000"], "LORA_RANK=20000000 must be at most 1,024"),
         (_data_folder_is_a_file, "is a file, not a folder"),
+        (
+            lambda t, m: ["estimate", "--model", _write(t, "nan.json", NAN_WIDTH), "--seq-len", "1k"],
+            "hidden_size is nan: not a positive whole number; fix config.json",
+        ),
+        (
+            lambda t, m: ["estimate", "--model", _write(t, "minus.json", NEGATIVE_DEPTH), "--seq-len", "1k"],
+            "num_hidden_layers is -3: not a positive whole number",
+        ),
+        (
+            lambda t, m: [
+                "estimate",
+                "--model",
+                _write(t, "fam.json", '{"model_type": "qwen4", "hidden_size": 96}'),
+                "--seq-len",
+                "2k",
+            ],
+            r"model_type 'qwen4' is no model family transformers .* \(did you mean 'qwen3'\?\)",
+        ),
+        (
+            lambda t, m: ["run", "01", "--size", "ci", "-p", f"CPU_LENGTHS={list(range(64, 64 * (schema.MAX_ITEMS + 2), 64))}"],
+            f"must hold at most {schema.MAX_ITEMS} values",
+        ),
+        (lambda t, m: ["run", "04", "--size", "ci", "-p", "OTHER_READING=qwen3\n-4b"], "a line break or other control"),
     ],
     ids=[
         "line-break-in-out",
@@ -801,6 +826,11 @@ SLIDING_WITHOUT_WINDOW = (  # transformers' own mask code would raise deep in th
         "text-file-named-ipynb",
         "lora-rank-past-its-range",
         "data-folder-that-is-a-file",
+        "config-width-not-a-number",
+        "config-depth-negative",
+        "config-family-transformers-lacks",
+        "list-of-more-values-than-a-lesson-takes",
+        "model-name-with-a-control-character",
     ],
 )
 def test_inputs_no_command_can_use_are_told_plainly(tmp_path, monkeypatch, capsys, argv, fragment):

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 from longctx import device
 from longctx.errors import LongctxError, check_choice
@@ -474,6 +475,27 @@ def _check_sized(settings: dict, name: str) -> None:
         )
 
 
+def _check_settings(loaded: dict, given: Path) -> None:
+    """The settings of a config.json checked before transformers reads them: its own checks stop at a model family it
+    does not know, or a size that is not a number, in words that name no fix."""
+    import difflib
+
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    family = loaded.get("model_type")
+    if isinstance(family, str) and family not in CONFIG_MAPPING and "auto_map" not in loaded:  # (its own code: refused)
+        close = difflib.get_close_matches(family, list(CONFIG_MAPPING.keys()), n=1)
+        raise LongctxError(
+            f"{given}: model_type {family!r} is no model family transformers {transformers.__version__} builds"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + ". Fix model_type; a family newer than this transformers needs a newer one."
+        )
+    for settings in (loaded, loaded.get("text_config")):  # (a multimodal model's sizes are its text model's)
+        if isinstance(settings, dict):
+            check_sizes(SimpleNamespace(**settings))
+
+
 def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
     from transformers import AutoConfig, Qwen3Config
@@ -508,6 +530,7 @@ def config(spec: str, **overrides):
         )
     if loaded:
         _check_sized(loaded, str(given))
+        _check_settings(loaded, given)
     source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
     twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
     try:

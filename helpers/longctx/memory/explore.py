@@ -24,10 +24,13 @@ def peak(model: str, seq_len: int, loss: str, checkpointing: bool, offload: bool
 
 
 def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB", models=MODELS):
-    """The controls and the figure they redraw, as one ipywidgets box (its `.state` holds the last drawn estimate)."""
+    """Show the controls and, under them, the figure each change redraws; returns the controls' ipywidgets box, whose
+    `.state` holds the last drawn estimate. The figure is a display the changes update, not an `Output` widget: nbclient
+    0.11 answers an Output widget's every output over the shell channel it is waiting on for the cell's reply, and a
+    headless run can then wait forever (jupyter/nbclient#312, open)."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
-    from IPython.display import display
+    from IPython.display import DisplayHandle, Pretty, display
 
     from longctx import plots
 
@@ -42,34 +45,34 @@ def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB
         "gpus": w.Dropdown(options=[1, 2, 4, 8], value=1, description="GPUs (CP)"),
         "gpu": w.Dropdown(options=list(cards.CARDS), value=gpu, description="card"),
     }
-    out = w.Output()
-    box = w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:]), out])
+    box = w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:])])
+    drawing = DisplayHandle()
 
     def draw(_=None):
         v = {k: c.value for k, c in controls.items()}
-        with out:
-            out.clear_output(wait=True)
-            try:
-                box.state = dict(v, **peak(v["model"], v["seq_len"], v["loss"], v["checkpointing"], v["offload"], v["gpus"]))
-            except LongctxError as exc:  # offload without checkpointing, a length CP cannot split, ...
-                box.state = dict(v, error=str(exc))
-                print(exc)
-                return
-            host = {"host (offloaded)": box.state["host_gib"]} if box.state["host_gib"] else {}
-            ax = plots.bars({**box.state["gib"], **host}, ylabel="GiB at the peak", annotate="{:.2f}")
-            capacity = cards.capacity(v["gpu"])[0]
-            ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{v['gpu']}: {capacity:.1f} GiB")
-            ax.legend(fontsize=8)
-            seconds = box.state["seconds"][v["gpu"]]
-            ax.set_title(
-                f"{v['model']} at {v['seq_len']:,} tokens: {box.state['peak_gib']:.1f} GiB per GPU ({box.state['phase']}), "
-                f"{cards.verdict(box.state['peak_gib'], v['gpu'], v['gpus']).split(';')[0]}\n"
-                f"{seconds:,.1f} s per step on {v['gpus']} GPU(s), {v['seq_len'] / seconds:,.0f} tokens/s (the time model)",
-                fontsize=9,
-            )
-            display(ax.figure)
-            plt.close(ax.figure)
+        show = drawing.update if box.state else drawing.display
+        try:
+            box.state = dict(v, **peak(v["model"], v["seq_len"], v["loss"], v["checkpointing"], v["offload"], v["gpus"]))
+        except LongctxError as exc:  # offload without checkpointing, a length CP cannot split, ...
+            box.state = dict(v, error=str(exc))
+            return show(Pretty(str(exc)))
+        host = {"host (offloaded)": box.state["host_gib"]} if box.state["host_gib"] else {}
+        ax = plots.bars({**box.state["gib"], **host}, ylabel="GiB at the peak", annotate="{:.2f}")
+        capacity = cards.capacity(v["gpu"])[0]
+        ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{v['gpu']}: {capacity:.1f} GiB")
+        ax.legend(fontsize=8)
+        seconds = box.state["seconds"][v["gpu"]]
+        ax.set_title(
+            f"{v['model']} at {v['seq_len']:,} tokens: {box.state['peak_gib']:.1f} GiB per GPU ({box.state['phase']}), "
+            f"{cards.verdict(box.state['peak_gib'], v['gpu'], v['gpus']).split(';')[0]}\n"
+            f"{seconds:,.1f} s per step on {v['gpus']} GPU(s), {v['seq_len'] / seconds:,.0f} tokens/s (the time model)",
+            fontsize=9,
+        )
+        show(ax.figure)
+        plt.close(ax.figure)
 
+    box.state = {}
+    display(box)
     for c in controls.values():
         c.observe(draw, names="value")
     draw()

@@ -30,12 +30,14 @@ from longctx.paths import MINIATURES, schema_file, user_path
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: type(v) is int)
 _TYPES = _TYPES.redefine("number", lambda _, v: _num(v) and (type(v) is int or math.isfinite(v)))
 _WORDS = dict(integer="a whole number", number="a finite number", string="text", array="a list", boolean="true or false")
+MAX_ITEMS = 32  # values in a list parameter: eight times the most any size gives one (a sweep varies more)
 _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
     "minimum": lambda arg: {0: "must not be negative", 1: "must be positive"}.get(arg, f"must be at least {arg}"),
     "exclusiveMinimum": lambda arg: "must be positive" if arg == 0 else f"must be above {arg}",
     "maximum": lambda arg: f"must be at most {arg:,}",
     "enum": lambda arg: f"must be one of {', '.join(map(str, arg))}",
     "minItems": lambda arg: "must not be empty",
+    "maxItems": lambda arg: f"must hold at most {arg} values (each is a point measured or drawn, one after another)",
     "uniqueItems": lambda arg: "must not repeat a value (each is a point measured or drawn)",
     "contains": lambda arg: f"must contain {arg['const']!r}",
 }
@@ -46,7 +48,11 @@ def schema(notebook: str) -> dict:
     path = schema_file(notebook)
     if not path.is_file():
         raise LongctxError(f"{notebook} has no parameter schema ({path}); a lesson declares its parameters there.")
-    return yaml.safe_load(path.read_text())
+    declared = yaml.safe_load(path.read_text())
+    for spec in declared.get("properties", {}).values():  # every list, unless its schema says otherwise
+        if spec.get("type") == "array":
+            spec.setdefault("maxItems", MAX_ITEMS)
+    return declared
 
 
 def _card(value, context):
@@ -181,7 +187,7 @@ def _relations(params, relations):
         elif kind == "needed_unless" and not value and params.get(other[0]) != other[1]:
             why = f"must be set when {other[0]} is not {other[1]!r}"
         if why:
-            yield ValidationError(f"{name}={value!r} {why}")
+            yield ValidationError(f"{name}={_brief(value)} {why}")
 
 
 def _cp_plan(model: str, tokens: int, cp_size: int) -> str | None:
@@ -237,4 +243,13 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
             why += f" (write {bad} as -p {name}={parse_length(bad)})" if wanted == "integer" and isinstance(bad, str) else ""
     else:  # the x- keywords say it themselves
         why = _SAY[kind](arg) if kind in _SAY else error.message
-    raise LongctxError(f"{notebook}: {name}={params[name]!r} " + (f"has {bad!r}, which {why}." if inner else f"{why}."))
+    said = f"has {_brief(bad)}, which {why}." if inner else f"{why}."
+    raise LongctxError(f"{notebook}: {name}={_brief(params[name])} {said}")
+
+
+def _brief(value) -> str:
+    """A value as the error shows it: its repr, cut (a list of thousands of values is not printed whole)."""
+    text = repr(value)
+    if len(text) <= 120:
+        return text
+    return text[:100] + (f"… ({len(value):,} values)" if isinstance(value, list) else "…")
