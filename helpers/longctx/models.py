@@ -382,7 +382,7 @@ def check_entries(path: Path) -> None:
     """Refuse a model folder holding a link to nothing, a FIFO or a device: a reader of its files would fail on it, or
     wait on it for ever."""
     if odd := next((p for p in sorted(path.iterdir()) if not (p.is_file() or p.is_dir())), None):
-        why = "a link to nothing" if not odd.exists() else "not a regular file"
+        why = "a link to nothing (or a loop of links)" if not odd.exists() else "not a regular file"
         raise LongctxError(f"{odd} is {why}; a model folder holds what save_pretrained wrote: restore it, or remove it.")
 
 
