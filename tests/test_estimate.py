@@ -429,9 +429,10 @@ def test_explore_redraws_the_estimate_when_a_control_changes():
     offload = next(c for row in box.children[:2] for c in row.children if c.description == "offload")
     offload.value = True
     assert box.state["offload"] and box.state["host_gib"] > 0 and box.state["peak_gib"] < first["peak_gib"]
+    assert f"{box.state['peak_gib']:.1f} GiB per GPU" in box.figure.axes[0].get_title()  # the figure of this setting
     checkpointing = next(c for row in box.children[:2] for c in row.children if c.description == "checkpointing")
     checkpointing.value = False  # offload without checkpointing: the refusal is shown, not raised
-    assert "needs gradient checkpointing" in box.state["error"]
+    assert "needs gradient checkpointing" in box.state["error"] and box.figure is None
     box.close_all()  # closed here, not by the interpreter's exit (where ipykernel's comm manager is gone)
 
 

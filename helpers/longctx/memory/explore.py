@@ -25,9 +25,10 @@ def peak(model: str, seq_len: int, loss: str, checkpointing: bool, offload: bool
 
 def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB", models=MODELS):
     """Show the controls and, under them, the figure each change redraws; returns the controls' ipywidgets box, whose
-    `.state` holds the last drawn estimate. The figure is a display the changes update, not an `Output` widget: nbclient
-    0.11 answers an Output widget's every output over the shell channel it is waiting on for the cell's reply, and a
-    headless run can then wait forever (jupyter/nbclient#312, open)."""
+    `.state` holds the last drawn estimate and `.figure` its figure (None after a setting the estimator refuses).
+    The figure is a display the changes update, not an `Output` widget: nbclient 0.11 answers an Output widget's every
+    output over the shell channel it is waiting on for the cell's reply, and a headless run can then wait there until
+    its time limit (jupyter/nbclient#312, open)."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
     from IPython.display import DisplayHandle, Pretty, display
@@ -54,7 +55,7 @@ def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB
         try:
             box.state = dict(v, **peak(v["model"], v["seq_len"], v["loss"], v["checkpointing"], v["offload"], v["gpus"]))
         except LongctxError as exc:  # offload without checkpointing, a length CP cannot split, ...
-            box.state = dict(v, error=str(exc))
+            box.state, box.figure = dict(v, error=str(exc)), None
             return show(Pretty(str(exc)))
         host = {"host (offloaded)": box.state["host_gib"]} if box.state["host_gib"] else {}
         ax = plots.bars({**box.state["gib"], **host}, ylabel="GiB at the peak", annotate="{:.2f}")
@@ -69,6 +70,7 @@ def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB
             fontsize=9,
         )
         show(ax.figure)
+        box.figure = ax.figure  # (closed below, and still drawn by savefig)
         plt.close(ax.figure)
 
     box.state = {}
