@@ -114,11 +114,12 @@ def test_notebook_runs_top_to_bottom_in_jupyterlab(lab):
 
 
 def test_the_explore_widget_redraws_when_a_control_changes(lab):
-    """`longctx.explore()` in a notebook: ticking "offload" redraws the figure with the new estimate's title."""
+    """`explore()` in a notebook: ticking "offload" redraws the figure under the controls (a display the change updates,
+    not an Output widget) with the new estimate's title."""
     from playwright.sync_api import sync_playwright
 
     url, token, root, tmp = lab
-    cell = 'from longctx.memory.explore import explore\n\nexplore("deep", 4096, models=())'
+    cell = 'from longctx.memory.explore import explore\n\nexplorer = explore("deep", 4096, models=())'
     kernel = nbformat.read(root / NOTEBOOK, as_version=4).metadata.kernelspec  # the lessons' kernel: no kernel dialog
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)], metadata={"kernelspec": kernel})
     nbformat.write(nb, root / "explore.ipynb")
@@ -131,7 +132,7 @@ def test_the_explore_widget_redraws_when_a_control_changes(lab):
         # from the Run menu, as the other test: a Shift+Enter sent as the page settles can add a cell without running one
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_text("Run All Cells", exact=True).click()
-        first = page.locator(".widget-output img").first
+        first = page.locator(".jp-OutputArea-output img").first
         shots = Path(os.environ.get("LAB_SMOKE_SHOTS") or tmp)
         shots.mkdir(parents=True, exist_ok=True)
         try:
@@ -141,7 +142,7 @@ def test_the_explore_widget_redraws_when_a_control_changes(lab):
         before = first.get_attribute("src")
         page.get_by_role("checkbox", name="offload").check()
         page.wait_for_function(
-            "src => { const i = document.querySelector('.widget-output img'); return i && i.src !== src; }",
+            "src => { const i = document.querySelector('.jp-OutputArea-output img'); return i && i.src !== src; }",
             arg=before,
             timeout=300_000,
         )
