@@ -65,7 +65,7 @@ def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB
         seconds = box.state["seconds"][v["gpu"]]
         ax.set_title(
             f"{v['model']} at {v['seq_len']:,} tokens: {box.state['peak_gib']:.1f} GiB per GPU ({box.state['phase']}), "
-            f"{cards.verdict(box.state['peak_gib'], v['gpu'], v['gpus']).split(';')[0]}\n"
+            f"{'fits' if box.state['peak_gib'] <= capacity else 'does not fit'} {v['gpu']}\n"  # (cards.verdict says more)
             f"{seconds:,.1f} s per step on {v['gpus']} GPU(s), {v['seq_len'] / seconds:,.0f} tokens/s (the time model)",
             fontsize=9,
         )
