@@ -63,9 +63,10 @@ def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB
         ax.axhline(capacity, color="k", lw=1, ls="--", label=f"{v['gpu']}: {capacity:.1f} GiB")
         ax.legend(fontsize=8)
         seconds = box.state["seconds"][v["gpu"]]
+        fits = cards.verdict(box.state["peak_gib"], v["gpu"], v["gpus"]).startswith("fits")  # (its card note: the legend's)
         ax.set_title(
             f"{v['model']} at {v['seq_len']:,} tokens: {box.state['peak_gib']:.1f} GiB per GPU ({box.state['phase']}), "
-            f"{'fits' if box.state['peak_gib'] <= capacity else 'does not fit'} {v['gpu']}\n"  # (cards.verdict says more)
+            f"{'fits' if fits else 'does not fit'} {v['gpu']}\n"
             f"{seconds:,.1f} s per step on {v['gpus']} GPU(s), {v['seq_len'] / seconds:,.0f} tokens/s (the time model)",
             fontsize=9,
         )
