@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: all lessons data test test-fast slurm-check lab lab-smoke site site-check figures clean
+.PHONY: all lessons data test test-all test-fast slurm-check lab lab-smoke site site-check figures clean
 all: lessons
 
 $(STAMP): pyproject.toml
@@ -23,14 +23,18 @@ data: $(STAMP)
 lessons: data
 	$(BIN)/longctx all --size cpu
 
-# two workers on two cores (pytest-xdist, one torch thread each: tests/conftest.py); the SLURM module is
-# `make slurm-check` (five minutes of a cluster's queue, which would take this past its 15)
+# two workers on two cores (pytest-xdist, one torch thread each: tests/conftest.py), each lesson run once at `ci`;
+# the SLURM module is `make slurm-check` (.ci/run runs both)
 test: data
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not slurm and not exhaustive"
+
+# `make test` and every case of the comparisons it holds on a representative few (`exhaustive`)
+test-all: data
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not slurm"
 
 # the inner loop: everything but the tests that start notebook kernels or process launches (under 3 minutes)
 test-fast: data
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow and not exhaustive"
 
 # Sweeps on a real one-node SLURM that tests/slurm/start.sh installs and starts here, and stops afterwards (root,
 # Debian's packages: slurm-wlm, munge, slurmdbd on MariaDB)

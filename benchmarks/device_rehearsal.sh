@@ -4,7 +4,7 @@
 # package index — a CUDA build, run here on the CPU — in place of the image's 2.11.0+cu130), then only what
 # would travel — the tracked tree, the wheels in .whl/ and the two data folders the check reads, copied
 # apart — installed the way gpu_check.sh installs it there, and run: the dry run of the check, and notebook
-# 01 at the rehearsal size through papermill with that interpreter's kernel. It prints the size of what
+# 01 at the ci size through papermill with that interpreter's kernel. It prints the size of what
 # would travel (the lease takes 64 MiB). Needs the project's environment (`make data`) and the package index.
 #   benchmarks/device_rehearsal.sh            # into build/device-rehearsal/ (REHEARSAL_DIR moves it)
 set -euo pipefail
@@ -66,10 +66,10 @@ export LONGCTX_IMAGE_PYTHON=$work/image/bin/python LONGCTX_SITE=$work/site
 step "gpu_check.sh dry-run with that interpreter and only the carried wheels"
 benchmarks/gpu_check.sh dry-run --out "$work/out/gpu_check" | tail -n 14
 
-step "notebook 01 at the rehearsal size through papermill, that interpreter's kernel"
+step "notebook 01 at the ci size through papermill, that interpreter's kernel"
 (
   source benchmarks/gpu_env.sh
-  "$PY" -m longctx run 01 --size rehearsal --quiet --out "$work/out/01_chunked_loss"
+  "$PY" -m longctx run 01 --size ci --quiet --out "$work/out/01_chunked_loss"
   "$PY" - "$work/out/01_chunked_loss/results.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,51 +11,103 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported, here and 
     # CPU time, their OpenMP threads spinning while they wait)
     os.environ["OMP_NUM_THREADS"] = "1"
 
+SYNTHETIC = Path(__file__).parent / "lessons"  # a three-cell lesson: the harness, sweeps and the site are tested on it
 # tests that run notebooks through these fixtures are `slow` (the `make test-fast` tier leaves them out)
 SLOW_FIXTURES = {"executed", "killed_then_resumed"}
+# Each lesson runs once per suite, at `ci` (the gpu size's code paths, the lesson's claims). They start as the session
+# does, in one background process per worker, the longest first and shared out so that the two workers end together
+# (seconds on two busy cores, from `pytest --durations`); a test that needs a lesson not run yet waits for it, or runs it.
+LESSON_SECONDS = {
+    "04_context_parallelism": 160, "05_trainium_padding": 140, "07_tiled_mlp": 90, "02_yarn": 70, "01_chunked_loss": 60,
+    "03_activation_offload": 45, "00_memory_primer": 45, "08_packing": 30, "06_one_million_tokens": 25,
+}  # fmt: skip
 
 
-# `make test` spreads the tests over two workers (pytest-xdist, `--dist loadfile`: a module stays on one worker, so its
-# module fixtures are built once); the longest modules are sent first. (`--dist loadgroup` with `xdist_group` marks
-# would group across modules, but xdist 3.8 under pytest 9.2 does not apply the marks: tried on a two-module toy.)
-FIRST = ["test_notebooks", "test_rehearsal", "test_sweep", "test_estimate"]
+def _shared(config) -> Path:
+    """A folder every worker of this session sees: the lessons' runs and their records."""
+    root = Path(config._tmp_path_factory.getbasetemp())  # (pytest's own, made at configure time)
+    return root if not os.environ.get("PYTEST_XDIST_WORKER") else root.parent
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-    rank = {module: i for i, module in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.module.__name__.rpartition(".")[2], len(FIRST)))  # stable
 
 
-# Tests never write into the repository's build/: each session gets its own.
-@pytest.fixture(scope="session", autouse=True)
-def _isolated_build(tmp_path_factory):
-    os.environ["LONGCTX_BUILD"] = str(tmp_path_factory.mktemp("build"))
-    yield
+def pytest_collection_finish(session):
+    """Start this worker's share of the lessons, when a collected test reads one."""
+    if session.config.option.collectonly or not any("executed" in getattr(i, "fixturenames", ()) for i in session.items):
+        return
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    me = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    loads, mine = [0] * workers, []
+    for name, seconds in LESSON_SECONDS.items():  # longest first, each to the worker with the least so far
+        least = loads.index(min(loads))
+        loads[least] += seconds
+        if least == me:
+            mine.append(name)
+    shared = _shared(session.config)
+    env = dict(os.environ, LONGCTX_BUILD=str(shared / "build"))
+    runner = subprocess.Popen([sys.executable, __file__, str(shared), *mine], env=env, start_new_session=True)
+    session.config._lesson_runner = runner
 
 
-@pytest.fixture(scope="session")
-def executed(tmp_path_factory, worker_id):
-    """`executed(name, size)`: the notebook run once per test session at that size (the harness's RunResult), shared
-    by the xdist workers through their common temporary folder and a lock (pytest-xdist's recipe for a session fixture
-    run once): test_gpu_check reads the ci runs test_notebooks makes, whichever worker comes first."""
+def pytest_sessionfinish(session):
+    runner = getattr(session.config, "_lesson_runner", None)
+    if runner is not None and runner.poll() is None:  # a session stopped early: its lessons are not needed
+        from longctx import children
+
+        children.stop_tree(runner)
+
+
+def run_once(shared: Path, name: str, size: str = "ci") -> dict:
+    """The lesson run once into `shared` (a lock per lesson: whoever comes first runs it, the others wait); its record."""
     from filelock import FileLock
 
     from longctx.run import harness
 
-    root = tmp_path_factory.getbasetemp()
-    shared = root if worker_id == "master" else root.parent
+    out = shared / f"executed-{name}-{size}"
+    record = out.with_name(out.name + ".json")
+    with FileLock(f"{out}.lock"):
+        if not record.exists():
+            result = harness.run(name, size, out=out, progress=False)
+            record.write_text(json.dumps(result._asdict(), default=str))
+    return json.loads(record.read_text())
 
-    def run(name, size):
-        out = shared / f"executed-{name}-{size}"
-        record = out.with_name(out.name + ".json")
-        with FileLock(f"{out}.lock"):
-            if not record.exists():
-                result = harness.run(name, size, out=out, progress=False)
-                record.write_text(json.dumps(result._asdict(), default=str))
-        fields = json.loads(record.read_text())
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_build(tmp_path_factory):
+    """Tests never write into the repository's build/: each session gets its own."""
+    os.environ["LONGCTX_BUILD"] = str(tmp_path_factory.getbasetemp() / "build")
+    yield
+
+
+@pytest.fixture(scope="session")
+def executed(request):
+    """`executed(name)`: the lesson's one run at `ci` this session (the harness's RunResult)."""
+    from longctx.run import harness
+
+    shared = _shared(request.config)
+
+    def run(name, size="ci"):
+        fields = run_once(shared, name, size)
         return harness.RunResult(**fields | {"out": Path(fields["out"]), "executed": Path(fields["executed"])})
 
     return run
+
+
+@pytest.fixture
+def synthetic(monkeypatch):
+    """The synthetic lesson's folder as the lessons' folder (LONGCTX_NOTEBOOKS): its kernel sees it too."""
+    monkeypatch.setenv("LONGCTX_NOTEBOOKS", str(SYNTHETIC))
+    return SYNTHETIC
+
+
+if __name__ == "__main__":  # the background runner: python conftest.py SHARED LESSON...
+    shared, *lessons = sys.argv[1:]
+    for lesson in lessons:
+        try:
+            run_once(Path(shared), lesson)
+        except Exception as exc:  # the test that reads this lesson runs it again in the foreground and shows the error
+            print(f"lesson runner: {lesson}: {exc}", file=sys.stderr)

@@ -155,6 +155,7 @@ def test_alsts_one_gpu_recipe_fits_an_h100_at_500k_where_the_guides_levers_do_no
     assert host.host_peak_bytes / GIB > 200  # a node's RAM must hold the state and the offloaded inputs
 
 
+@pytest.mark.exhaustive
 @pytest.mark.slow
 def test_with_the_state_on_the_host_the_reach_on_one_h100_is_within_10_percent_of_alsts():
     """The issue's bar: ALST's one-GPU recipe without the fused norm reaches within 10% of its 500K on the estimator

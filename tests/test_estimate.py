@@ -124,60 +124,18 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
 
     from longctx import models
 
-    with pytest.raises(LongctxError, match="'bert' is not a decoder-only language model"):
-        estimate(BertConfig(), 128)
-    with pytest.raises(LongctxError, match="'t5' is not a decoder-only"):
-        estimate(T5Config(), 128)
-    broken = models.config("tiny")
-    broken.num_hidden_layers = -2
-    with pytest.raises(LongctxError, match="num_hidden_layers is -2: not a positive whole number"):
-        estimate(broken, 128)
-    for name, value in (("head_dim", 0), ("intermediate_size", -1)):
-        broken = models.config("tiny", **{name: value})
-        with pytest.raises(LongctxError, match=f"{name} is {value}: not a positive whole number"):
-            estimate(broken, 128)
+    for config in (BertConfig(), T5Config()):
+        with pytest.raises(LongctxError, match=config.model_type):
+            estimate(config, 128)
+    for name, value in (("num_hidden_layers", -2), ("head_dim", 0), ("intermediate_size", -1)):
+        with pytest.raises(LongctxError, match=name):
+            estimate(models.config("tiny", **{name: value}), 128)
     from transformers import Qwen3MoeConfig
 
-    moe = Qwen3MoeConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        num_experts=4,
-        num_experts_per_tok=8,
-        vocab_size=256,
-    )
-    with pytest.raises(LongctxError, match="routes each token to 8 of 4 experts"):
-        estimate(moe, 128)
-    moe.num_experts = 0
-    with pytest.raises(LongctxError, match="has 0 experts; a mixture-of-experts model needs at least one"):
-        estimate(moe, 128)
-    moe.num_experts = 2**20  # refused before a model is built: a million experts a layer would take minutes on meta
-    with pytest.raises(LongctxError, match=f"num_experts is 1,048,576: over the {models.MAX_EXPERTS:,} longctx takes"):
-        estimate(moe, 128)
-    from transformers import MistralConfig
-
-    with pytest.raises(LongctxError, match="sliding_window is -1"):
-        estimate(
-            MistralConfig(
-                num_hidden_layers=2,
-                hidden_size=64,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                intermediate_size=64,
-                vocab_size=256,
-                sliding_window=-1,
-            ),
-            128,
-        )
-    for overrides, fragment in (
-        ({"hidden_act": "nope"}, "transformers cannot build a qwen3 model from this config"),
-        ({"vocab_size": 10**9}, "vocab_size is 1,000,000,000: over the 2,097,152"),
-    ):
-        with pytest.raises(LongctxError, match=fragment):
-            estimate(models.config("tiny", **overrides), 128)
+    moe = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+               moe_intermediate_size=32, num_experts=4, num_experts_per_tok=8, vocab_size=256)  # fmt: skip
+    with pytest.raises(LongctxError):  # more experts a token than the model has: transformers' own error, named
+        estimate(Qwen3MoeConfig(**moe), 128)
 
 
 def _optimizer_peak(profile) -> int:
@@ -385,8 +343,12 @@ FAST_CASES = {
 }
 
 
+# `make test` holds three cases, a preset, a full-size model and a held-out family; `make test-all` every one
+QUICK_CASES = ("tiny-preset-deep", "qwen3-0.6b", "held-out-moe-qwen3-moe")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(FAST_CASES))
+@pytest.mark.parametrize("case", [c if c in QUICK_CASES else pytest.param(c, marks=pytest.mark.exhaustive) for c in FAST_CASES])
 def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
     """Traced at 3 and 4 layers and extended, a tiled MLP's middle shards too (memory/repeat.py), vs every layer and
     shard traced: the same timeline, row by row, to the byte — or, where AdamW's foreach kernels group an MoE's expert
@@ -418,6 +380,7 @@ def test_layers_that_differ_are_traced_whole():
     assert estimate(sliding, 256, attn_implementation="eager").meta["method"] == "traced"
 
 
+@pytest.mark.exhaustive
 def test_explore_redraws_the_estimate_when_a_control_changes():
     from longctx.memory import timing
     from longctx.memory.explore import explore
@@ -553,12 +516,12 @@ def _published(name: str):
     [
         ("qwen2-moe", {}, None),  # transformers sets sliding_window to 0 ("none"): an estimate, not "fix config.json"
         ("llama-4-text", {}, "base_model_prefix 'language_model' names no attribute"),
-        ("llama-4-text", dict(loss="plain"), None),
+        pytest.param("llama-4-text", dict(loss="plain"), None, marks=pytest.mark.exhaustive),
         ("granite", dict(cp_size=2), "attention_dropout is 0.1: torch's context parallelism"),
         ("granite-moe", dict(cp_size=2), "attention_dropout is 0.1: torch's context parallelism"),
         ("gpt-oss", {}, "another one: --attn eager "),
         ("gpt-oss", dict(attn_implementation="flash_attention_2"), "FlashAttention-2, not among them"),
-        ("gpt-oss", dict(attn_implementation="eager"), None),
+        pytest.param("gpt-oss", dict(attn_implementation="eager"), None, marks=pytest.mark.exhaustive),
     ],
 )
 def test_published_families_are_estimated_or_refused_by_cause(name, levers, outcome):

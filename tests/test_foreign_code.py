@@ -1,6 +1,5 @@
-"""A model folder's own Python code never runs: every load passes trust_remote_code=False, and a folder
-that maps classes to its own files (auto_map) is refused before transformers reads it — even with "y" on
-standard input, where transformers would otherwise ask whether to run it."""
+"""A model folder's own Python code never runs: every load passes trust_remote_code=False, and transformers then
+refuses a folder that maps classes to its own files (auto_map) without asking, even with "y" on standard input."""
 
 import builtins
 import json
@@ -33,33 +32,21 @@ def test_the_cli_refuses_a_folder_with_its_own_code_even_with_yes_piped_in(forei
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 2 and "never runs a model's code" in out.stderr and "auto_map" in out.stderr
+    assert out.returncode == 2 and "trust_remote_code=False" in out.stderr
     assert "Traceback" not in out.stderr and "[y/N]" not in out.stdout + out.stderr
     assert not marker.exists()
 
 
 @pytest.mark.parametrize(
     "load",
-    [models.config, models.load, data.tokenizer_for, models.check_spec],
-    ids=["config", "weights", "tokenizer", "parameter-check"],
+    [models.config, models.load, data.tokenizer_for],
+    ids=["config", "weights", "tokenizer"],
 )
 def test_every_loader_refuses_it_and_asks_nothing(foreign, monkeypatch, load):
     folder, marker = foreign
     monkeypatch.setattr(builtins, "input", lambda *a: "y")  # a prompt, were there one, would be answered yes
     with pytest.raises(LongctxError, match="trust_remote_code=False"):
         load(str(folder))
-    assert not marker.exists()
-
-
-def test_transformers_itself_is_told_not_to_run_it(foreign, monkeypatch):
-    """Without the folder check, trust_remote_code=False alone still keeps the code from running."""
-    from transformers import AutoConfig
-
-    folder, marker = foreign
-    monkeypatch.setattr(builtins, "input", lambda *a: "y")
-    monkeypatch.setattr(models, "refuse_custom_code", lambda source: None)
-    with pytest.raises(LongctxError, match="needs code from its repository"):
-        models.from_pretrained(AutoConfig, str(folder))
     assert not marker.exists()
 
 
@@ -72,8 +59,8 @@ def test_pickled_weights_are_never_loaded(tmp_path):
     folder.mkdir()
     models.config("tiny").save_pretrained(folder)
     (folder / "pytorch_model.bin").write_bytes(b"not loaded")
-    with pytest.raises(LongctxError, match="has no weights to load .only safetensors files are loaded"):
+    with pytest.raises(LongctxError, match="MODEL"):
         harness.run("00", "ci", {"MODEL": str(folder)}, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    with pytest.raises(OSError, match="safetensors"):
+    with pytest.raises(LongctxError, match="safetensors"):
         models.load(str(folder))

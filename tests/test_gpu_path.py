@@ -14,7 +14,7 @@ from longctx.levers.cp_worker import deepspeed_config
 from longctx.memory.estimate import DEFAULT_DTYPE, build_step
 from longctx.memory.measure import TimelineTracker, measure, tensor_device
 from longctx.paths import REPO, data_dir
-from longctx.run import harness, needs, schema
+from longctx.run import harness, needs
 from longctx.tools import sweep
 
 NOTEBOOKS = list(harness.notebooks())
@@ -98,7 +98,6 @@ def test_the_gpu_size_loads_the_dtype_the_estimates_assume(name):
     if "DTYPE" not in harness.declared_parameters(nb):
         pytest.skip(f"{name} loads no model in its kernel")
     assert harness.size_params(nb, "gpu")["DTYPE"] == DEFAULT_DTYPE == "bf16"
-    assert harness.size_params(nb, "rehearsal")["DTYPE"] == DEFAULT_DTYPE
 
 
 def test_models_load_in_the_dtype_asked():
@@ -194,34 +193,16 @@ def test_list_shows_needs_and_minutes_for_every_size(capsys):
     assert out.count("stopped after ") == sizes and out.count(" min") == 2 * sizes  # its minutes and its time limit
 
 
-def test_rehearsal_is_the_gpu_size_with_only_the_hardware_swapped():
+def test_ci_is_the_gpu_size_with_what_a_cpu_cannot_do_swapped():
+    """ci.yaml is laid over gpu.yaml: what it does not name is the gpu size's; a hub model becomes a model folder in
+    hub format (its own tokenizer beside it) or a CPU preset, named in its comment, and it needs no GPU."""
     for name, nb in harness.notebooks().items():
-        gpu, rehearsal = harness.size_params(nb, "gpu"), harness.size_params(nb, "rehearsal")
-        own = yaml.safe_load((nb.parent / "params" / name / "rehearsal.yaml").read_text()) or {}
-        assert {k: v for k, v in rehearsal.items() if k not in own} == {k: v for k, v in gpu.items() if k not in own}
-        if not models.is_preset(gpu.get("MODEL", "qwen3-8b")):  # a hub model → a local folder in hub format
-            assert Path(rehearsal["MODEL"], "config.json").exists() and Path(rehearsal["MODEL"], "tokenizer.json").exists()
-        assert needs.of(name, "rehearsal").accelerator == "none"
-
-
-def test_a_script_only_dataset_parameter_is_refused_before_a_kernel_starts(tmp_path):
-    with pytest.raises(LongctxError, match="parquet copy 'emozilla/pg19'"):
-        harness.run("02", "ci", {"DATASET": "deepmind/pg19"}, out=tmp_path / "02")
-    with pytest.raises(LongctxError, match="must be one of fp32, bf16, fp16"):
-        harness.run("00", "ci", {"DTYPE": "bfloat16"}, out=tmp_path / "00")
-    with pytest.raises(LongctxError, match="DTYPE='fp16' trains on a CPU in pure fp16 with no loss scaling"):
-        harness.run("00", "ci", {"DTYPE": "fp16"}, out=tmp_path / "00")
-    schema.check("00_memory_primer", {"DTYPE": "fp16"}, on_cpu=False)  # a GPU size keeps it
-    assert not (tmp_path / "02").exists() and not (tmp_path / "00").exists()
-
-
-def test_run_sft_times_each_step_and_leaves_the_warm_up_out(tmp_path):
-    from longctx.train import TrainConfig, run_sft
-
-    cfg = TrainConfig(output_dir=str(tmp_path), max_steps=3, extra={"disable_tqdm": True})
-    result = run_sft(models.load("tiny"), data.long_sequences(64, 3), cfg, processing_class=data.tokenizer())
-    assert len(result.step_seconds) == 3 and all(s > 0 for s in result.step_seconds)
-    assert result.steady_seconds_per_step == pytest.approx(sum(result.step_seconds[1:]) / 2)
+        gpu, ci = harness.size_params(nb, "gpu"), harness.size_params(nb, "ci")
+        own = yaml.safe_load((nb.parent / "params" / name / "ci.yaml").read_text()) or {}
+        assert {k: v for k, v in ci.items() if k not in own} == {k: v for k, v in gpu.items() if k not in own}, name
+        if "MODEL" in own and not models.is_preset(ci["MODEL"]):
+            assert Path(ci["MODEL"], "config.json").exists() and Path(ci["MODEL"], "tokenizer.json").exists()
+        assert needs.of(name, "ci").accelerator == "none"
 
 
 def test_a_parquet_folder_without_a_test_split_is_named(tmp_path):

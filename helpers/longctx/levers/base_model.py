@@ -17,7 +17,7 @@ from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained, torch_dtype
 from longctx.paths import data_dir, miniature, user_path
-from longctx.units import GIB, MIB
+from longctx.units import GIB
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
 BASE = dict(
@@ -28,7 +28,10 @@ BASE = dict(
 )  # fmt: skip
 SAID = {"warmup_steps": "default 100, or a tenth of --steps when that is fewer"}  # defaults that depend on another
 SCHEDULERS = ("cosine", "constant")
-MAX_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
+MAX_WINDOW_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
+# each option's range, checked before a model is built
+RANGES = dict(seq_len=(2, 2**20), steps=(1, 10**7), batch=(1, 2**16), warmup_steps=(0, 10**7), seed=(0, SEED_LIMIT - 1),
+              learning_rate=(1e-12, 1), rope_theta=(1 + 1e-9, 1e12), retrieval=(0, 1))  # fmt: skip
 
 
 def checkpoint_dir() -> Path:
@@ -53,42 +56,21 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     p = {**BASE, **options}  # in the order of BASE
     if "warmup_steps" not in options:  # a short run warms up for a tenth of it (the committed models: 100 of 1000)
         p["warmup_steps"] = min(BASE["warmup_steps"], p["steps"] // 10)
-    # every option in range, named by its flag, before a model is built (argparse read the types)
+    # every option in range, named by its flag, before a model is built (argparse read the types; scheduler's choices)
     if models.preset(p["preset"]).config.get("vocab_size") != data.VOCAB_SIZE:
         cpu = [name for name, preset in models.PRESETS.items() if preset.config.get("vocab_size") == data.VOCAB_SIZE]
         raise LongctxError(
             f"--preset {p['preset']}: pretraining runs on this machine's CPU over the corpus's "
             f"{data.VOCAB_SIZE}-token BPE; use one of {', '.join(cpu)}."
         )
-    # a window of one token has no next token to predict: the loss would be 0 and teach nothing
-    for name, low in (("seq_len", 2), ("steps", 1), ("batch", 1), ("warmup_steps", 0), ("seed", 0)):
-        if p[name] < low:
-            raise LongctxError(f"--{name.replace('_', '-')} must be an integer ≥ {low}, got {p[name]!r}.")
+    for name, (low, high) in RANGES.items():  # (a window of one token has nothing to predict; AdamW moves each weight
+        if not low <= p[name] <= high:  # by about the rate a step: past 1 they overflow; RoPE's base: models.ROPE_BASE_WHY)
+            raise LongctxError(f"--{name.replace('_', '-')} must be from {low:g} to {high:g}, got {p[name]!r}.")
     if p["warmup_steps"] >= p["steps"]:  # every step would train at a fraction of the rate: a model barely trained
-        raise LongctxError(
-            f"--warmup-steps must be below --steps ({p['steps']:,}): the rate rises from 0 over the warmup, and "
-            f"{p['warmup_steps']:,} steps of it would leave the model barely trained. Lower it, or raise --steps."
-        )
-    if p["seed"] >= SEED_LIMIT:
-        raise LongctxError(f"--seed must be below {SEED_LIMIT:,} (numpy and transformers' set_seed), got {p['seed']}.")
-    for name in ("learning_rate", "rope_theta"):
-        if not (math.isfinite(p[name]) and p[name] > 0):
-            raise LongctxError(f"--{name.replace('_', '-')} must be a positive finite number, got {p[name]!r}.")
-    if p["rope_theta"] <= 1:
-        raise LongctxError(f"--rope-theta must be above 1 ({models.ROPE_BASE_WHY}), got {p['rope_theta']!r}.")
-    if p["learning_rate"] > 1:  # AdamW's steps are about the rate in size: past 1 the weights overflow
-        raise LongctxError(
-            f"--learning-rate must be at most 1 (AdamW moves each weight by about that much a step), got {p['learning_rate']!r}."
-        )
-    if not 0 <= p["retrieval"] <= 1:
-        raise LongctxError(f"--retrieval is a share of the training windows, from 0 to 1; got {p['retrieval']!r}.")
+        raise LongctxError(f"--warmup-steps must be below --steps ({p['steps']:,}), or the model is barely trained.")
     if p["answer_only"] and not p["retrieval"]:
         raise LongctxError("--answer-only labels the pass-key documents' answers: give --retrieval a share above 0.")
-    if p["scheduler"] not in SCHEDULERS:
-        raise LongctxError(f"--scheduler is one of {', '.join(SCHEDULERS)}; got {p['scheduler']!r}.")
     before = None  # the manifest of the model training goes on from
-    if "init" in options and not str(options["init"]).strip():  # empty would silently mean "from scratch"
-        raise LongctxError("--init is empty: name the model folder to go on training, or leave --init out.")
     if p["retrieval"] and p["seq_len"] < (shortest := passkey.shortest(data.tokenizer())):
         raise LongctxError(
             f"--retrieval needs --seq-len {shortest} or more: a pass-key document holds its needle, "
@@ -98,13 +80,11 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
         if kept := sorted({"preset", "rope_theta"} & set(options)):
             flags = " and ".join(f"--{k.replace('_', '-')}" for k in kept)
             raise LongctxError(f"--init {p['init']} goes on training that model, with its own {flags}: drop {flags}.")
-        if not (init := user_path(p["init"], "--init", resolve=True)).joinpath("manifest.json").is_file():
-            raise LongctxError(f"--init {p['init']}: no model trained by `longctx pretrain` there (no manifest.json).")
-        before = manifest(init)
-        models.check_weights(init)  # weights of another shape: refused by name before training
+        before = manifest(user_path(p["init"], "--init"))
         p["preset"], p["rope_theta"] = before["params"]["preset"], before["params"]["rope_theta"]
-    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_TOKENS:
-        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_TOKENS:,} CPU pretraining takes.")
+    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_WINDOW_TOKENS:
+        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_WINDOW_TOKENS:,} CPU pretraining "
+                           "takes.")  # fmt: skip
     # a lower bound of one step: the fp32 logits and their gradient, both alive in the loss's backward
     if (step := 2 * p["batch"] * p["seq_len"] * data.VOCAB_SIZE * 4) > (free := psutil.virtual_memory().available):
         raise LongctxError(
@@ -112,22 +92,17 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
             f"{step / GIB:,.1f} GiB ({data.VOCAB_SIZE}-token vocabulary, fp32), more than this machine's {free / GIB:.1f} "
             "GiB available. Lower --batch (more --steps train on as many tokens)."
         )
-    if out is not None and user_path(out, "--out", resolve=True) == data_dir().resolve():
+    if out is not None and user_path(out, "--out").resolve() == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
-    model_files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
-    model_files |= {"manifest.json", data.CHECKSUMS}
-    claim = functools.partial(files.check_out, command="pretrain", writes=model_files, force=force, replace_own=False)
-    out = claim(out or data.own_path(checkpoint_dir(), "folder"))  # the default: never through a link in the data folder
+    model_files = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+    own = dict.fromkeys([*model_files, "manifest.json", data.CHECKSUMS], False)
+    claim = functools.partial(files.claim, command="pretrain", own=own, force=force, replace=False, write=False)
+    out = claim(out or checkpoint_dir())
     if before is None:
         rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
         model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
     else:
         model = load_base(p["init"]).train()
-        if bad := next((n for n, w in model.named_parameters() if not w.isfinite().all()), None):
-            raise LongctxError(f"--init {p['init']}: its weight {bad} holds NaN or infinite numbers; train from a sound model.")
-    # the weights (fp32 safetensors) and the tokenizer land in `out` after training: room for them is checked before it
-    need = models.n_params(model) * 4 + (data.data_dir() / f"tokenizer-{data.VOCAB_SIZE}" / "tokenizer.json").stat().st_size + MIB
-    files.check_room(out, need, 64, "the trained model, its tokenizer and records are written")
     trained = max(p["seq_len"], before["trained_length"] if before else 0)  # the longest position it has seen
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     if p["retrieval"]:
@@ -139,11 +114,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     try:
         (held := FileLock(lock, timeout=0)).acquire()
     except Timeout:
-        raise LongctxError(
-            f"Another pretrain is writing into {out}; wait for it to end, or give this one another --out."
-        ) from None
-    except OSError as exc:  # (a link there: filelock never opens through one)
-        raise LongctxError(f"{lock} cannot be pretrain's lock ({exc.strerror}): move it away.") from None
+        raise LongctxError(f"Another pretrain is writing into {out}; wait for it to end, or give it another --out.") from None
     try:
         claim(out)  # again, now that it is ours alone: a pretrain that ended meanwhile may have filled it
         return _train(model, dataset, p, options, before, trained, out, progress)
@@ -155,14 +126,23 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
 
 def _train(model, dataset, p: dict, options: dict, before: dict | None, trained: int, out: Path, progress: bool) -> Path:
     """`pretrain`'s training and writing, once its folder is locked."""
-    from longctx import data, models
-    from longctx.train import TrainConfig, run_sft
+    from trl import SFTConfig, SFTTrainer
+
+    from longctx import data, models, quiet
+    from longctx.train import on_this_machine, result_of
 
     with files.staging(out) as tmp:
-        how = dict(max_steps=p["steps"], per_device_train_batch_size=p["batch"], learning_rate=p["learning_rate"], seed=p["seed"])
-        how |= dict(lr_scheduler_type=p["scheduler"], warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20))
-        cfg = TrainConfig(output_dir=str(Path(tmp) / "run"), extra={"disable_tqdm": not progress}, **how)
-        result = run_sft(model, dataset, cfg, processing_class=data.tokenizer())
+        args = SFTConfig(
+            output_dir=str(Path(tmp) / "run"), max_steps=p["steps"], per_device_train_batch_size=p["batch"],
+            learning_rate=p["learning_rate"], seed=p["seed"], lr_scheduler_type=p["scheduler"],
+            warmup_steps=p["warmup_steps"], logging_steps=max(1, p["steps"] // 20), max_length=p["seq_len"],
+            activation_checkpointing=False, save_strategy="no", **on_this_machine() | {"disable_tqdm": not progress},
+        )  # fmt: skip
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=data.tokenizer())
+        quiet.no_log_printing(trainer)
+        start = time.perf_counter()
+        steps = trainer.train().global_step
+        result = result_of(trainer, time.perf_counter() - start, steps)
         finite = all(w.isfinite().all() for w in model.parameters())  # a loss can look sane while weights overflow
         if not finite or not result.losses or not all(math.isfinite(x) and x > 0 for x in result.losses):
             # a cross-entropy of exactly 0 on real text means the trainer logged a NaN step as 0
@@ -240,19 +220,12 @@ def load_base(path: str | Path | None = None, *, wanted: int | None = None, **ya
 def manifest(path: str | Path | None = None) -> dict:
     """The base model's manifest.json (its parameters, losses and the command that built it)."""
     path = Path(path or checkpoint_dir())
-    if not (path / "manifest.json").is_file():
+    loaded = files.json_object(path / "manifest.json")
+    if not (loaded and isinstance(loaded.get("params"), dict) and "trained_length" in loaded):
         raise LongctxError(
-            f"No pretrained base model at {path}: the repository ships one in data/yarn-base (check "
-            "LONGCTX_DATA, which moves data/), or build one with `longctx pretrain --out DIR`."
-        )
-    try:
-        loaded = json.loads((path / "manifest.json").read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        loaded = None
-    if not (isinstance(loaded, dict) and isinstance(loaded.get("params"), dict) and "trained_length" in loaded):
-        raise LongctxError(
-            f"{path / 'manifest.json'} is damaged: it is not what `longctx pretrain` writes. Train the model "
-            "again, or restore the file (`git checkout data/` for the committed ones)."
+            f"No model trained by `longctx pretrain` at {path} (its manifest.json is missing or damaged): the repository "
+            "ships one in data/yarn-base (check LONGCTX_DATA, which moves data/; `git checkout data/` restores it), or "
+            "build one with `longctx pretrain --out DIR`."
         )
     return loaded
 

@@ -23,14 +23,23 @@ def deepspeed_config() -> dict:
 
 
 def sft_call(spec: dict, world: int):
-    """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds)."""
+    """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds): one step, no clipping (the
+    gradients are compared as computed)."""
     from accelerate import ParallelismConfig
+    from trl import SFTConfig
 
-    from longctx.train import TrainConfig
+    from longctx.train import on_this_machine
 
-    extra = dict(packing=False, pad_to_multiple_of=spec.get("pad_to_multiple_of"), save_strategy="no", disable_tqdm=True)
+    kwargs = dict(
+        output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, seed=spec["seed"], max_length=spec["seq_len"],
+        max_grad_norm=0.0, learning_rate=1e-3, per_device_train_batch_size=1, packing=False, save_strategy="no", logging_steps=1,
+        pad_to_multiple_of=spec.get("pad_to_multiple_of"), activation_checkpointing=spec["checkpointing"],
+        # offload: only in the full-length config lesson 04 prints
+        activation_checkpointing_kwargs={"offload": True} if spec.get("offload") else None,
+        **on_this_machine(spec["device"]) | {"bf16": spec["device"] == "cuda"},  # (a GPU's config, built anywhere)
+    )  # fmt: skip
     if spec["mode"] == "cp":
-        extra.update(
+        kwargs.update(
             parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
             fsdp=True,  # transformers 5.24 deprecates the strategy string ("full_shard" is reshard_after_forward=True)
             fsdp_config={"fsdp_version": 2, "reshard_after_forward": True},
@@ -39,23 +48,12 @@ def sft_call(spec: dict, world: int):
         from accelerate.utils import DeepSpeedSequenceParallelConfig
 
         handler = Call(DeepSpeedSequenceParallelConfig, {"sp_seq_length_is_variable": True, "sp_attn_implementation": "sdpa"})
-        extra.update(
+        kwargs.update(
             parallelism_config=Call(ParallelismConfig, {"sp_size": world, "sp_backend": "deepspeed", "sp_handler": handler}),
             deepspeed=deepspeed_config(),
             accelerator_config={"use_configured_state": True},
         )
-    return TrainConfig(
-        output_dir=str(Path(spec["out"]) / "trainer"),
-        max_steps=1,
-        seed=spec["seed"],
-        gradient_checkpointing=spec["checkpointing"],
-        offload=spec.get("offload", False),  # set only in the full-length config lesson 04 prints
-        max_length=spec["seq_len"],
-        bf16=spec["device"] == "cuda",
-        for_device=spec["device"],
-        max_grad_norm=0.0,  # no clipping: the gradients are compared as computed
-        extra=extra,
-    ).sft_call()
+    return Call(SFTConfig, kwargs)
 
 
 def _full_grads(model, grad_of=lambda p: p.grad) -> dict:

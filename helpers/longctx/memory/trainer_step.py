@@ -4,7 +4,6 @@ optimizer's `step`, on a batch from the trainer's own dataloader. A lesson build
 
 from longctx.compat import fused_head_tiles
 from longctx.memory.measure import measure
-from longctx.train import host_pool as pool_of
 
 
 def measure_step(trainer, *, tiles=(None, None), host_pool=None):
@@ -38,9 +37,9 @@ def measure_step(trainer, *, tiles=(None, None), host_pool=None):
 
 def first_step(trainer, pool=None):
     """Set `trainer` up as train() sets up its first step: the optimizer created, the model in training mode,
-    checkpointing (or the CPU offload stand-in `pool`, else the one a TrainConfig's offload="host-pool" made) on.
-    Returns the first training batch exactly as the trainer would feed it (collated, on its device) and the pool."""
-    model, pool = trainer.model, pool or pool_of(trainer)
+    checkpointing (or the CPU offload stand-in `pool`) on. Returns the first training batch exactly as the trainer would
+    feed it (collated, on its device) and the pool."""
+    model = trainer.model
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     trainer.create_optimizer()
     model.train()

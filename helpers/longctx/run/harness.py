@@ -1,6 +1,6 @@
 """Execute lesson notebooks headless through papermill at a named size: `notebooks/params/<notebook>/<size>.yaml`
-(ci: the tests, seconds; cpu: the lesson on a laptop; gpu: full size; rehearsal: the gpu size with only the hardware
-swapped, so its code paths run on a CPU). Parameters and the machine are checked once, before a kernel starts."""
+(needs.SIZES: ci, the gpu size's code paths on a CPU in seconds, for the tests; cpu, the lesson on a laptop; gpu, full
+size). Parameters and the machine are checked once, before a kernel starts."""
 
 import ast
 import contextlib
@@ -8,12 +8,13 @@ import json
 import math
 import os
 import shutil
-import sys
+import signal
+import subprocess
+import tempfile
 import time
 import warnings
 from collections import namedtuple
 from pathlib import Path
-from unittest import mock
 
 import nbformat
 import psutil
@@ -22,20 +23,12 @@ from filelock import FileLock, Timeout
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
-from longctx.lengths import MAX_TOKENS
 from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
-from longctx.paths import CORPUS, MINIATURES, build_dir, data_dir, miniature, notebooks_dir, user_path
+from longctx.paths import CORPUS, MINIATURES, REPO, build_dir, data_dir, miniature, notebooks_dir, user_path
 from longctx.run import needs, schema
 
-SIZES = ("ci", "cpu", "gpu", "rehearsal")
-REHEARSAL = "rehearsal"  # = gpu.yaml, then rehearsal.yaml on top ("{data}" in its strings = the data folder)
-MAX_TILES = 1024  # fused-head tiles of one CPU step (_check_tiles)
-# a CPU step this many times the size's tokens is refused without --timeout: each step at least that many times
-# longer, against a limit of needs.LIMIT_FACTOR × the size's minutes
-RAISED_UNTIMED = needs.LIMIT_FACTOR**2
-RUN_FREE_BYTES = 64 * 2**20  # free space a run needs at --out: the largest, 03 at cpu, writes 34 MiB
-RUN_FREE_FILES = 256  # and room for files (inodes): the most, 04's, is 45
+SIZES = needs.SIZES
 OOM_KILLED = "OutOfMemoryKill"  # NotebookFailed.ename of a kernel the OS's out-of-memory killer stopped
 TIMED_OUT = "TimedOut"  # NotebookFailed.ename of a run stopped at its time limit (needs.LIMIT_FACTOR, --timeout)
 _WIDGET = "application/vnd.jupyter.widget-view+json"  # a progress bar's output: saved stateless, a bar frozen at 0%
@@ -76,19 +69,22 @@ def sizes(notebook: Path) -> list[str]:  # the size files in notebooks/params/<s
 
 
 def size_params(notebook: Path, size: str) -> dict:
-    if size != REHEARSAL:
+    """The values a size gives (beyond the notebook's own defaults). `ci` is the `gpu` size with what a CPU cannot do
+    swapped out (ci.yaml on top of gpu.yaml; "{data}" in its strings is the data folder), so the suite's one run of
+    a lesson goes through the gpu size's code paths."""
+    if size != "ci":
         return _size_file(notebook, size)
-    rehearsal = _size_file(notebook, REHEARSAL)
-    for key, raw in rehearsal.items():
+    ci = _size_file(notebook, "ci")
+    for key, raw in ci.items():
         if isinstance(raw, str) and "{data}" in raw:
-            rehearsal[key] = path = raw.format(data=data_dir())
+            ci[key] = path = raw.format(data=data_dir())
             if not Path(path).exists():
                 fix = f"`longctx pretrain --out {path}` builds it" if "yarn-base" in raw else "`longctx data` builds it"
                 raise LongctxError(
-                    f"The rehearsal size reads {key}={path}, which is not there (the data folder is {data_dir()}; "
+                    f"The ci size reads {key}={path}, which is not there (the data folder is {data_dir()}; "
                     f"LONGCTX_DATA moves it). {fix}, or unset LONGCTX_DATA to use the repository's data/."
                 )
-    return {**_size_file(notebook, "gpu"), **rehearsal}
+    return {**_size_file(notebook, "gpu"), **ci}
 
 
 def _size_file(notebook: Path, size: str) -> dict:
@@ -107,35 +103,30 @@ def _size_file(notebook: Path, size: str) -> dict:
 
 
 def declared_parameters(notebook: Path) -> dict:
-    """The names and default values of the notebook's `parameters` cell."""
-    if notebook.exists() and not notebook.is_file():  # a FIFO would block the read for ever; a folder cannot be read
-        raise LongctxError(f"{notebook} is not a regular file: give the notebook file itself.")
+    """The names and default values of the notebook's `parameters` cell (papermill's own reading of it)."""
+    from papermill.inspection import inspect_notebook
+
     try:
-        nb = nbformat.read(notebook, as_version=4)
-        nbformat.validate(nb)
-    except Exception as exc:  # not JSON, not a notebook: nbformat's own error types vary
-        why = (str(exc) or " ").splitlines()[0]
-        raise LongctxError(f"{notebook} is not a readable notebook ({type(exc).__name__}: {why}).") from None
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if len(cells) != 1:
-        raise LongctxError(f"{notebook.name} must have exactly one cell tagged 'parameters' (found {len(cells)}).")
-    try:
-        assigns = [n for n in ast.parse(cells[0].source).body if isinstance(n, ast.Assign) and len(n.targets) == 1]
-        return {n.targets[0].id: ast.literal_eval(n.value) for n in assigns if isinstance(n.targets[0], ast.Name)}
-    except (SyntaxError, ValueError) as exc:
-        why = f"must assign plain literals (NAME = 4096), one a line: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-        raise LongctxError(f"{notebook.name}: its parameters cell {why}") from None
+        found = inspect_notebook(str(notebook))
+        return {name: ast.literal_eval(p["default"]) for name, p in found.items()}
+    except (ValueError, SyntaxError) as exc:  # a default that is no literal (2**7), or no notebook at all
+        raise LongctxError(f"{notebook}: its parameters cell must assign literals (NAME = 4096): {_brief_error(exc)}") from None
+    except Exception as exc:  # not JSON, not a notebook: nbformat's and papermill's own error types
+        raise LongctxError(f"{notebook} is not a readable notebook ({type(exc).__name__}: {_brief_error(exc)}).") from None
+
+
+def _brief_error(exc: Exception) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0][:160]
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """`key=value` strings → values read the way a person reads them (see `parse_value`)."""
+    """`KEY=VALUE` strings → values read as papermill's `-p` reads them (True/False/None, a whole number, a decimal,
+    else text), a list in brackets as YAML, as papermill's `-y` reads it: [128, 256]."""
     out = {}
     for pair in pairs:
         key, eq, raw = (part.strip() for part in pair.partition("="))
         if not (eq and key):
             raise LongctxError(f"Parameter override {pair!r} is not of the form KEY=VALUE.")
-        if not raw:
-            raise LongctxError(f"Parameter override {pair!r} has no value after '=' (quote an empty string: {key}='').")
         if key in out:
             raise LongctxError(f"{key} is given twice with -p; keep one.")
         out[key] = parse_value(raw)
@@ -143,57 +134,36 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def parse_value(raw: str):
-    """A decimal is a decimal ("064" is 64, "1e-3" a float), only true/false are booleans, null/None is
-    None, [a, b] is a list of such values, quotes keep a string; anything else stays the string it is
-    (YAML 1.1 would read 064 as octal 52, 1:04 as 64, yes as True and a date as a date)."""
-    text, lower = raw.strip(), raw.strip().lower()
-    digits = text.lstrip("+-").lstrip("0")  # ("064" is 64: leading zeros are no size)
-    if len(digits) > 30 and digits.isdigit():  # no parameter counts that high (float() would say inf)
-        raise LongctxError(f"Cannot read {text[:20]}… ({len(digits)} digits) as a number: no parameter takes one that large.")
-    for number in (int, float) if "_" not in text else ():  # Python's own reading of a decimal ("1_000" stays text)
-        with contextlib.suppress(ValueError):
-            return number(text)
-    if lower in ("true", "false", "null", "none", "~"):
-        return {"true": True, "false": False}.get(lower)
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    if text[:1] == "[" and text[-1:] == "]":
-        return [parse_value(item) for item in split_top_level(text[1:-1])] if text[1:-1].strip() else []
-    if text[:1] in "[]{}":
-        raise LongctxError(f"Cannot read {raw!r}: a value is a number, text, true/false, null or a list [a, b, c].")
-    return text
+    """One value as `-p` reads it (parse_overrides)."""
+    from papermill.cli import _resolve_type
 
-
-def split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets or quotes: "1,[2,3],'a,b'" → ["1", "[2,3]", "'a,b'"]."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote or ch in "'\"":  # a quote opens, or closes the one open
-            quote = "" if ch == quote else quote or ch
-        elif ch in "[{(]})":
-            depth += 1 if ch in "[{(" else -1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    return parts + [text[start:]]
+    if raw.startswith("["):
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise LongctxError(f"Cannot read {raw!r} as a list [a, b, c]: {str(exc).splitlines()[0]}") from None
+    return _resolve_type(raw)
 
 
 def _absolute(value):
-    """A relative path that exists here, made absolute (the kernel runs in the output folder); names the library
+    """A relative path that exists here, made absolute (the kernel runs in a folder of its own); names the library
     gives a meaning (a preset, "base", the corpus) stay names, whatever the current folder holds."""
     if not isinstance(value, str) or value in PRESETS or value in (*MINIATURES, CORPUS) or Path(value).is_absolute():
         return value
-    path = user_path(value, "The path", resolve=True)
+    path = user_path(value, "The path").resolve()
     return str(path) if path.exists() else value
 
 
-def check_parameters(notebook: Path, values: dict, size: str | None = None, *, weights: bool = True) -> None:
+def check_parameters(
+    notebook: Path, values: dict, size: str | None = None, *, weights: bool = True, on_cpu: bool | None = None
+) -> None:  # fmt: skip
     """The one check of a run's parameters: the notebook's schema (a CPU `size` also bounds its processes; `weights`:
     see schema.check), then the models and the text source they name."""
     from longctx.data import check_dataset
 
     merged = {**declared_parameters(notebook), **values}
-    on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
+    if on_cpu is None:
+        on_cpu = size is None or needs.of(notebook.stem, size).accelerator == "none"
     schema.check(notebook.stem, merged, on_cpu=on_cpu, weights=weights)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
@@ -206,17 +176,29 @@ def check_parameters(notebook: Path, values: dict, size: str | None = None, *, w
                 manifest(miniature(merged[key]))
 
 
+def check_lesson(name: str, params: dict) -> None:
+    """The check a lesson's first cell makes (notebook.start) when `longctx run` did not check these values: a run through
+    papermill or nbconvert, a kernel in JupyterLab. The same checks as `run`'s, by parameter name, before any work: the
+    schema, the models and text sources named, and on a machine without an accelerator the memory a raised CPU step
+    needs (measured against the cpu size, whose values the notebook's own are)."""
+    notebook = resolve(name)
+    on_cpu = needs.machine().accelerator == "none"
+    check_parameters(notebook, params, "cpu" if on_cpu else None, on_cpu=on_cpu)
+    needs.check_hub(notebook.stem, params)
+    if on_cpu:
+        _check_raised_length(notebook.stem, "cpu", params)
+
+
 # what a run leaves: the notebook's stem and size, its folder and executed copy, its results.json and its seconds
 RunResult = namedtuple("RunResult", "notebook size out executed results seconds")
 
 
-def checked_run(notebook: Path, size: str, overrides: dict | None = None, timeout: float | None = None) -> dict:
-    """The size's values with `overrides`, checked against the notebook and this machine (`timeout`: the minutes
-    --timeout gives the run, if any)."""
+def checked_run(notebook: Path, size: str, overrides: dict | None = None) -> dict:
+    """The size's values with `overrides`, checked against the notebook and this machine."""
     params = {**size_params(notebook, size), **(overrides or {})}
     check_parameters(notebook, params, size)
     needs.check(notebook.stem, size, params)
-    _check_raised_length(notebook.stem, size, params, timed=timeout is not None)
+    _check_raised_length(notebook.stem, size, params)
     return params
 
 
@@ -225,106 +207,57 @@ def _cpu_step(step: dict, name: str, values: dict) -> tuple[int, int, str, dict]
     its length is `length`'s value (default `name`'s; a list: its longest); `batch` names the batch's parameter, or a
     list of them multiplied (micro-batch × accumulation); `trained` makes the length that many times the model's
     trained length (a miniature's manifest, else the parameter named); `preset_config` maps config fields to
-    parameters, applied as the lessons apply them: to a preset, when not 0. (`checkpointing`: false for a step without;
-    `tiles`: the parameters of its fused loss head's tile, rows then vocabulary columns: _check_tiles.)"""
+    parameters, applied as the lessons apply them: to a preset, when not 0. (`checkpointing`: false for a step without.)"""
     given = values[step.get("length", name)]
     length, model = max(given) if isinstance(given, list) else given, values[step["model"]]
     if trained := step.get("trained"):
         length *= manifest(miniature(model))["trained_length"] if model in MINIATURES else values[trained]
     changes = {field: values[p] for field, p in step.get("preset_config", {}).items() if values[p] and model in PRESETS}
-    return length, math.prod(values.get(b, 1) for b in _names(step.get("batch"))), model, changes
+    batch = step.get("batch") or []
+    return length, math.prod(values.get(b, 1) for b in (batch if isinstance(batch, list) else [batch])), model, changes
 
 
-def _names(given) -> list:
-    return given if isinstance(given, list) else [given] if given else []
-
-
-def _check_raised_length(notebook: str, size: str, params: dict, timed: bool = False) -> None:
+def _check_raised_length(notebook: str, size: str, params: dict) -> None:
     """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`), made longer or larger than the
     size's own, or run on another model or config, is first estimated: the step the lessons start from (the plain loss,
-    checkpointing on) must fit this machine's available memory, or the kernel would be killed minutes in. Its time is not
-    priced on a CPU: the run is told the limit it keeps."""
+    checkpointing on) must fit this machine's available memory, or the kernel would be killed minutes in. (Its time is
+    the run's limit to keep.)"""
     if needs.of(notebook, size).gpus:
         return
     from longctx import models
     from longctx.memory.estimate import estimate
 
-    path, said = resolve(notebook), set()  # several lengths of one changed model: said once
+    path = resolve(notebook)
     own, values = {**declared_parameters(path), **size_params(path, size)}, {**declared_parameters(path), **params}
     for name, prop in schema.schema(notebook)["properties"].items():
         if not (step := prop.get("x-cpu-step")):
             continue
         (was, was_batch, *was_model), (length, batch, *model) = (_cpu_step(step, name, v) for v in (own, values))
-        if tiles := step.get("tiles"):
-            _check_tiles(notebook, length * batch, model[0], {t: values[t] for t in tiles})
         if length * batch <= was * was_batch and model == was_model:
             continue
-        named = (step.get("length", name), *_names(step.get("batch")), step.get("trained"),
-                 *step.get("preset_config", {}).values(), step["model"])  # fmt: skip
-        changed = [n for n in dict.fromkeys(named) if n and own.get(n) != values.get(n)]
-        raised = ", ".join(f"{n}={values[n]:,}" if type(values[n]) is int else f"{n}={values[n]}" for n in changed or [name])
-        need = None
-        if length * batch > MAX_TOKENS:  # past what the estimator takes, and far past any CPU's memory
-            raise LongctxError(
-                f"{notebook}: {raised} is more than this machine can step: {batch:,} × {length:,} tokens a step is past "
-                f"the {MAX_TOKENS:,} longctx estimates at all. Use shorter lengths, a smaller batch, or a GPU size."
-            )
-        with contextlib.suppress(LongctxError):  # a model the estimator does not take is the kernel's to load
-            spec, changes = model
-            spec = str(miniature(spec)) if spec in MINIATURES else spec
+        batch_names = step.get("batch") if isinstance(step.get("batch"), list) else [step.get("batch")]
+        named = (step.get("length", name), *batch_names, step.get("trained"), *step.get("preset_config", {}).values(),
+                 step["model"])  # fmt: skip
+        raised = ", ".join(f"{n}={values[n]}" for n in dict.fromkeys(named) if n and own.get(n) != values.get(n)) or name
+        spec, changes = model
+        spec = str(miniature(spec)) if spec in MINIATURES else spec
+        kept = step.get("checkpointing", True)  # (a lesson's step without checkpointing says so)
+        try:
             cfg = models.config(spec, **changes) if changes else spec
-            kept = step.get("checkpointing", True)  # (a lesson's step without checkpointing says so)
-            dtype = values.get("DTYPE", "fp32")
-            need = estimate(cfg, length, batch=batch, loss="plain", checkpointing=kept, dtype=dtype, device="cpu")
-        if need and need.peak_bytes > (free := psutil.virtual_memory().available):
-            how = "on" if kept else "off"
-            flags = "--device cpu --loss plain" + ("" if kept else " --no-checkpointing")
+            need = estimate(cfg, length, batch=batch, loss="plain", checkpointing=kept, dtype=values.get("DTYPE", "fp32"),
+                            device="cpu")  # fmt: skip
+        except LongctxError as exc:
+            if "tokens per step" not in str(exc):  # a model the estimator does not take is the kernel's to load
+                continue
+            raise LongctxError(f"{notebook}: {raised} asks for more than this machine can step: {exc}") from None
+        if need.peak_bytes > (free := psutil.virtual_memory().available):
+            how, flags = ("on", "") if kept else ("off", " --no-checkpointing")
             raise LongctxError(
-                f"{notebook}: {raised} is more than this machine can step: the plain-loss step (checkpointing {how}) on "
-                f"{batch:,} × {length:,} tokens needs {need.peak_gib:.1f} GiB ({need.peak_phase}; `longctx estimate {flags}`), "
-                f"and {free / 2**30:.1f} GiB is available. Use shorter lengths, a smaller batch or model, or a GPU size."
+                f"{notebook}: {raised} is more than this machine can step: the plain-loss step (checkpointing "
+                f"{how}) on {batch:,} × {length:,} tokens of {spec} needs {need.peak_gib:.1f} GiB ({need.peak_phase}; "
+                f"`longctx estimate --device cpu --loss plain{flags}`), and {free / 2**30:.1f} GiB is available. Use "
+                "shorter lengths, a smaller batch or model, or a GPU size."
             )
-        if (ratio := length * batch / (was * was_batch)) > RAISED_UNTIMED and not timed:
-            limit = needs.of(notebook, size).limit_minutes
-            raise LongctxError(
-                f"{notebook}: {raised} is {ratio:.3g}× the {size} size's tokens a step: far past what its {limit:g}-minute "
-                f"limit holds (a CPU's time is not estimated). Give it the time with --timeout MINUTES, or use a longer "
-                "size (`longctx list`)."
-            )
-        more = f"is {ratio:.3g}× the {size} size's tokens a step" if ratio > 1 else f"is another model than the {size} size's"
-        if (told := f"{notebook}: {raised} {more}") not in said:
-            said.add(told)
-            print(f"{told}; it may run past the size's time limit (`longctx list` shows it; --timeout MINUTES gives it "
-                  "more).", file=sys.stderr)  # fmt: skip
-
-
-def _check_tiles(notebook: str, tokens: int, spec: str, tile: dict) -> None:
-    """A step's fused loss head cut into at most MAX_TILES tiles (`x-cpu-step`'s `tiles`: its rows' and vocabulary
-    columns' parameters): each tile is one turn of TRL's Python loop (trl/kernels/chunked_logprob.py), and under the
-    lessons' memory tracker thousands of them make one CPU step take minutes."""
-    from longctx import models
-
-    (rows_name, rows), (cols_name, cols) = tile.items()
-    try:
-        vocab = models.config(str(miniature(spec)) if spec in MINIATURES else spec).get_text_config().vocab_size
-    except LongctxError:  # a model the estimator does not take is the kernel's to load
-        return
-    row_tiles, col_tiles = -(-tokens // rows), -(-vocab // cols)
-    if (count := row_tiles * col_tiles) <= MAX_TILES:
-        return
-    fixes = []  # one parameter raised, the other kept; else both
-    if row_tiles <= MAX_TILES:
-        fixes.append(f"{cols_name} to at least {-(-vocab // (MAX_TILES // row_tiles)):,}")
-    if col_tiles <= MAX_TILES:
-        fixes.append(f"{rows_name} to at least {-(-tokens // (MAX_TILES // col_tiles)):,}")
-    side = math.isqrt(MAX_TILES)
-    both = f"{rows_name} to at least {-(-tokens // side):,} and {cols_name} to {-(-vocab // side):,}"
-    fix = "raise " + (" or ".join(fixes) or both)
-    raise LongctxError(
-        f"{notebook}: {rows_name}={rows:,} and {cols_name}={cols:,} cut a {tokens:,}-token step's loss over {spec}'s "
-        f"{vocab:,}-word vocabulary into {count:,} tiles; each is a turn of TRL's Python loop, and at most {MAX_TILES:,} "
-        f"keep a CPU step within the size's time: {fix}."
-    )
 
 
 def check_timeout(minutes) -> float | None:
@@ -354,19 +287,17 @@ def run(
     check_choice("size", size, SIZES)
     check_timeout(timeout)
     notebook = resolve(name)
-    checked = checked_run(notebook, size, overrides, timeout)
+    checked = checked_run(notebook, size, overrides)
     params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in checked.items()}
     limit, limit_how = time_limit(notebook.stem, size, timeout)
     check_built()  # every size reads the corpus, and a notebook never downloads it nor builds its caches again
-    target = user_path(out or build_dir() / notebook.stem, "--out", resolve=True, room=files.OUT_ROOM)
-    files.check_room(target, RUN_FREE_BYTES, RUN_FREE_FILES, "a run writes its executed notebook, figures and trainer files")
+    target = user_path(out or build_dir() / notebook.stem, "--out").absolute()
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
     if target.is_dir() and (other := next((p.name for p in target.glob("*.ipynb") if p.name != notebook.name), None)):
         # a run replaces its own results and figures: in another notebook's folder it would leave a mix of the two
         raise LongctxError(f"{target} holds another notebook's run ({other}); give {notebook.stem} an --out of its own.")
-    files.check_kinds(target, {"results.json": False, ".lock": False, notebook.name: False, "figures": True}, "run")
-    out = files.claim_folder(target, "run")
+    out = files.claim(target, "run", {"results.json": False, ".lock": False, notebook.name: False, "figures": True})
     try:  # one run at a time in a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(out / ".lock", timeout=0):
             return _run_claimed(notebook, size, params, out, progress, limit, limit_how)
@@ -385,33 +316,27 @@ def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: b
     shutil.rmtree(out / "figures", ignore_errors=True)  # nor an earlier run's figures beside its own
     start = time.perf_counter()
     failed = None  # a cell's error or the kernel's death: raised once the executed notebook is in place
-    # a failed write leaves nothing half-written; the kernel's memory cgroup pins an OOM kill on it, not on the machine;
-    # a run stopped before its executed notebook is in place (Ctrl-C, SIGTERM, a dead kernel) leaves no results.json
+    mark = checked_mark(notebook.stem, {**declared_parameters(notebook), **params})  # what the kernel will hold
+    kernel = {"LONGCTX_OUT": str(out), "LONGCTX_SIZE": size, "LONGCTX_CHECKED": mark, "LONGCTX_EDITED": lesson_edited(notebook)}
+    # a failed write leaves nothing half-written; a run stopped before its executed notebook is in place (Ctrl-C,
+    # SIGTERM, a dead kernel) leaves no results.json; the kernel starts in an empty folder of its own, so that nothing
+    # a user or another run left in the output folder is imported as a module
     with (
         _dropped_unless_done(results_path),
         files.atomic(executed) as writing,
         warnings.catch_warnings(),
-        children.OwnMemory() as memory,
+        tempfile.TemporaryDirectory(prefix="longctx-kernel-") as cwd,
     ):
         warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
+        started, oom_kills = [], _oom_kills()
         try:
-            with mock.patch.dict(os.environ, LONGCTX_OUT=str(out), LONGCTX_SIZE=size):  # the kernel's session reads them
-                _execute(notebook, writing, params, out, progress, limit, limit_how)
+            _execute(notebook, writing, params, Path(cwd), _kernel_class(kernel, started), progress, limit, limit_how)
         except pm.PapermillExecutionError as exc:
             why = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
             failed = NotebookFailed(f"{why}. The executed notebook is at {executed}.", exc.ename, exc.evalue)
         except DeadKernelError as exc:  # killed from outside, or it exited
-            killed = memory.oom_killed()  # a result, like any out-of-memory error (a sweep keeps it)
-            why = {
-                True: "the operating system's out-of-memory killer stopped the kernel (its own memory cgroup counted the "
-                "kill); lower the lengths or batch with -p.",
-                False: f"the kernel died ({exc}) and its memory cgroup counted no out-of-memory kill: something ended it "
-                "(a cell that exits the process, a signal). Run the notebook in JupyterLab to see the cell, or run it again.",
-                None: f"the kernel died ({exc}). Whether memory ran out cannot be told here: Linux let longctx make no memory "
-                "cgroup for the kernel (that takes root or a delegated cgroup), and the machine-wide OOM count could be "
-                "anyone's. Run it again, or in JupyterLab to see the cell.",
-            }[killed]
-            failed = NotebookFailed(f"{notebook.stem}: {why}", OOM_KILLED if killed else "DeadKernelError", str(exc))
+            ename, why = _death(started[0] if started else None, oom_kills)
+            failed = NotebookFailed(f"{notebook.stem}: {why}", ename, str(exc))
             if files.json_object(writing) is None:  # papermill may or may not have written it whole after the death
                 raise failed from None
         nb = nbformat.read(writing, as_version=4)
@@ -426,6 +351,70 @@ def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: b
     return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), time.perf_counter() - start)
 
 
+def lesson_edited(notebook: Path) -> str:
+    """Whether the lesson run differs from the lesson as committed ("true"/"false"; "" where that cannot be told: no git
+    checkout, or a course of one's own): its cells' types and text against git's committed copy. The run records it
+    and the site says so."""
+    committed = notebooks_dir() / f"{notebook.stem}.ipynb"
+    with contextlib.suppress(ValueError, OSError, subprocess.SubprocessError):
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{committed.relative_to(REPO)}"], capture_output=True,
+                               timeout=30)  # fmt: skip
+        if shown.returncode == 0:
+            cells = [[(c.cell_type, c.source) for c in nb.cells] for nb in (nbformat.reads(shown.stdout.decode(), 4),
+                                                                                nbformat.read(notebook, 4))]  # fmt: skip
+            return "true" if cells[0] != cells[1] else "false"
+    return ""
+
+
+def checked_mark(notebook: str, params: dict) -> str:
+    """What the harness tells a kernel whose parameters it checked: the lesson's first cell checks them again only when
+    they differ (a cell edited, a JupyterLab kernel reused)."""
+    import hashlib
+
+    text = json.dumps({"notebook": notebook, "params": params}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _kernel_class(env: dict, started: list):
+    """A kernel manager whose kernel gets `env` on top of this process's environment (this process's own is left
+    alone), and keeps the kernel's process in `started`, so that its exit status can be read after a death."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class Kernel(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw["env"] = {**os.environ, **(kw.get("env") or {}), **env}
+            await super().start_kernel(**kw)
+            started.append(getattr(self.provisioner, "process", None))
+
+    return Kernel
+
+
+def _oom_kills() -> int:
+    """Linux's count of out-of-memory kills on this machine (/proc/vmstat), or -1 where it is not kept."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        return int(next(line.split()[1] for line in Path("/proc/vmstat").open() if line.startswith("oom_kill ")))
+    return -1
+
+
+def _death(process, oom_kills: int) -> tuple[str, str]:
+    """(ename, what to say) of a kernel that died: by which signal or with which status, and whether memory ran out
+    (killed by SIGKILL while Linux's out-of-memory killer acted)."""
+    code = process.poll() if process is not None else None
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else f"signal {-code}"
+        if name == "SIGKILL" and -1 < oom_kills < _oom_kills():
+            return OOM_KILLED, (
+                "the kernel was killed (SIGKILL) while Linux's out-of-memory killer acted (/proc/vmstat's oom_kill rose): "
+                "memory ran out. Lower the lengths or batch with -p."
+            )
+        return "DeadKernelError", f"the kernel was stopped by {name} (from outside the lesson). Run it again."
+    status = f"exited with status {code}" if code is not None else "died"
+    return "DeadKernelError", (
+        f"the kernel {status} in the middle of a cell (a cell that ends the process, or a library that aborted). Run the "
+        "notebook in JupyterLab to see the cell."
+    )
+
+
 @contextlib.contextmanager
 def _dropped_unless_done(path: Path):
     """Remove `path` when the block raises (KeyboardInterrupt included)."""
@@ -436,9 +425,12 @@ def _dropped_unless_done(path: Path):
         raise
 
 
-def _execute(notebook: Path, writing: Path, params: dict, out: Path, progress: bool, limit: float, limit_how: str) -> None:
-    """papermill's run of `notebook` into `writing`, stopped with every process it started after `limit` minutes:
-    then NotebookFailed(TIMED_OUT), naming the cell that was running and what each process was doing."""
+def _execute(
+    notebook: Path, writing: Path, params: dict, cwd: Path, kernel, progress: bool, limit: float, limit_how: str
+) -> None:  # fmt: skip
+    """papermill's run of `notebook` into `writing` (the kernel in `cwd`, started by the manager class `kernel`), stopped
+    with every process it started after `limit` minutes: then NotebookFailed(TIMED_OUT), naming the cell that was running
+    and what each process was doing."""
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError
 
@@ -449,10 +441,10 @@ def _execute(notebook: Path, writing: Path, params: dict, out: Path, progress: b
             running.update(count=running["count"] + 1, line=cell.source.strip().splitlines()[0][:80])
 
     # nbclient's per-cell timeout is a backstop a minute past the limit: the deadline kills the whole process tree first
-    limits = dict(execution_timeout=int(limit * 60) + 60, on_cell_start=on_cell_start)
+    limits = dict(execution_timeout=int(limit * 60) + 60, on_cell_start=on_cell_start, kernel_manager_class=kernel)
     with children.Deadline(limit * 60) as deadline:
         try:
-            pm.execute_notebook(str(notebook), str(writing), params, cwd=str(out), progress_bar=progress, **_PAPERMILL, **limits)
+            pm.execute_notebook(str(notebook), str(writing), params, cwd=str(cwd), progress_bar=progress, **_PAPERMILL, **limits)
             if deadline.fired:  # it ended past its limit all the same: a run is kept only inside it
                 raise CellTimeoutError("past the limit")
         except Exception as exc:
@@ -475,7 +467,7 @@ def run_all(size: str = "cpu", names: list[str] | None = None, progress: bool = 
     check_timeout(timeout)
     chosen = [resolve(n) for n in names] if names else list(notebooks().values())
     for nb in chosen:  # every size file and the machine checked before the first notebook spends minutes
-        checked_run(nb, size, timeout=timeout)
+        checked_run(nb, size)
     results = []
     for nb in chosen:
         print(f"== {nb.stem} ({size})", flush=True)

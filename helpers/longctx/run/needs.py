@@ -17,6 +17,8 @@ from longctx.errors import LongctxError
 from longctx.models import HUB_ID, check_fetchable
 from longctx.paths import notebooks_dir
 
+# a lesson's sizes: ci (the gpu size's code paths on a CPU, seconds: the tests), cpu (the lesson on a laptop), gpu
+SIZES = ("ci", "cpu", "gpu")
 MODEL_PARAMETERS = (
     "MODEL",
     "FULL_MODEL",
@@ -57,10 +59,14 @@ class Needs:
         return ", ".join(["CPU" if self.accelerator == "none" else gpus, *hub, minutes])
 
 
-@lru_cache(maxsize=None)
 def table() -> dict[str, dict[str, Needs]]:
     """notebook stem → size → Needs."""
-    raw = yaml.safe_load((notebooks_dir() / "params" / "needs.yaml").read_text()) or {}
+    return _table(notebooks_dir() / "params" / "needs.yaml")
+
+
+@lru_cache(maxsize=None)
+def _table(path: Path) -> dict[str, dict[str, Needs]]:
+    raw = yaml.safe_load(path.read_text()) or {}
     return {nb: {size: Needs(**fields) for size, fields in row.items()} for nb, row in raw.items()}
 
 
@@ -96,10 +102,9 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
     from huggingface_hub import constants
 
     needs, run = of(notebook, size), f"{notebook} at size {size}"
-    ids = {v: "dataset" if k == "DATASET" else "model" for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)}
     if needs.accelerator != "none":
         _check_accelerator(needs, run, have or machine())
-    missing = check_fetchable({i: kind for i, kind in ids.items() if HUB_ID.match(i) and not Path(i).exists()}, run)
+    missing = check_hub(run, params)
     if needs.hub and missing:
         (cache := Path(constants.HF_HUB_CACHE)).mkdir(parents=True, exist_ok=True)
         if (free := shutil.disk_usage(cache).free) < needs.disk_gb * GB:
@@ -110,13 +115,20 @@ def check(notebook: str, size: str, params: dict, have: Machine | None = None) -
     return needs
 
 
+def check_hub(run: str, params: dict) -> list[str]:
+    """The hub ids `params` names (models, a dataset) that are not in the hub cache, refused at once when the hub cannot
+    give them (models.check_fetchable)."""
+    ids = {v: "dataset" if k == "DATASET" else "model" for k, v in params.items() if k in PATH_PARAMETERS and isinstance(v, str)}
+    return check_fetchable({i: kind for i, kind in ids.items() if HUB_ID.match(i) and not Path(i).exists()}, run)
+
+
 def _check_accelerator(needs: Needs, run: str, have: Machine) -> None:
     count, wanted = len(have.memory_bytes), f"{run} needs {needs.describe().split(',')[0]}"
     if have.accelerator not in needs.accelerator.split("-or-") or count < needs.gpus:  # "cuda" or "cuda-or-neuron"
         found = f"{count} {have.accelerator.upper()} device(s)" if have.accelerator != "none" else "no GPU"
         raise LongctxError(
             f"{wanted}; this machine has {found}. Run it where they are (e.g. `longctx sweep ... --executor slurm --gpus N`), "
-            "or use --size cpu (the lesson on a CPU) or --size rehearsal (the GPU code paths on a CPU)."
+            "or use --size cpu (the lesson on a CPU) or --size ci (the GPU code paths on a CPU, shortened)."
         )
     cuda = have.memory_bytes[: needs.gpus] if have.accelerator == "cuda" else ()  # a Neuron core's memory is not read
     if small := [i for i, b in enumerate(cuda) if b < needs.gpu_memory_gb * GB]:
@@ -128,8 +140,7 @@ def _check_accelerator(needs: Needs, run: str, have: Machine) -> None:
 
 def markdown() -> str:
     """The README's table of sizes and needs."""
-    sizes = ("ci", "cpu", "rehearsal", "gpu")
-    lines = ["| notebook | " + " | ".join(f"`{s}`" for s in sizes) + " |", "| --- |" + " --- |" * len(sizes)]
+    lines = ["| notebook | " + " | ".join(f"`{s}`" for s in SIZES) + " |", "| --- |" + " --- |" * len(SIZES)]
     for notebook, row in table().items():
-        lines.append(f"| `{notebook}` | " + " | ".join(row[s].describe() if s in row else "—" for s in sizes) + " |")
+        lines.append(f"| `{notebook}` | " + " | ".join(row[s].describe() if s in row else "—" for s in SIZES) + " |")
     return "\n".join(lines)

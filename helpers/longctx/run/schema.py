@@ -17,7 +17,6 @@ from longctx.models import (
     PRESETS,
     cached_config,
     cached_weights,
-    check_entries,
     check_fetchable,
     check_tokenizer,
     check_weights,
@@ -43,9 +42,13 @@ _SAY = {  # jsonschema's findings in the words of a person fixing a -p value
 }
 
 
-@lru_cache(maxsize=None)
 def schema(notebook: str) -> dict:
-    path = schema_file(notebook)
+    return _schema(schema_file(notebook))
+
+
+@lru_cache(maxsize=None)
+def _schema(path) -> dict:
+    notebook = path.parent.name
     if not path.is_file():
         raise LongctxError(f"{notebook} has no parameter schema ({path}); a lesson declares its parameters there.")
     declared = yaml.safe_load(path.read_text())
@@ -64,48 +67,27 @@ def _card(value, context):
 
 
 def _weights(value, context):
-    if context["weights"] and isinstance(value, str) and (cached := cached_config(value)):  # the hub's: its weights too
-        try:
-            check_fetchable({value: "weights"}, "Loading its weights")
-        except LongctxError:
-            if any(cached_config(value, name) for name in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
-                return (
-                    "is cached with pickled pytorch_model.bin weights only, which longctx never loads (unpickling can run "
-                    "code), and the hub cannot be reached for its safetensors: save it as safetensors into a folder "
-                    "(save_pretrained) and give that folder"
-                )
-            raise
-        if cached_weights(value):  # checked as a local folder's are (its snapshot is one)
-            try:
-                check_weights(cached.parent)
-            except LongctxError as exc:
-                return f"holds weights it cannot use: {str(exc).rstrip('.')}"
-            try:
-                check_tokenizer(cached.parent)
-            except LongctxError as exc:
-                return f"holds a tokenizer it cannot use: {str(exc).rstrip('.')}"
-    if context["weights"] and isinstance(value, str) and value not in (*PRESETS, *MINIATURES):
-        with contextlib.suppress(LongctxError):  # names that are no model at all are refused afterwards (check_spec)
-            if (path := user_path(value, "The model")).is_dir():
-                try:
-                    check_entries(path)
-                except LongctxError as exc:
-                    return f"cannot be read: {str(exc).rstrip('.')}"
-            if is_local_config(path) and not has_weights(path):
-                return (
-                    "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; "
-                    "a config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"
-                )
-            if has_weights(path) and is_local_config(path):
-                try:
-                    check_weights(path)
-                except LongctxError as exc:  # the whole message: which file and tensor, and what to do
-                    return f"holds weights it cannot use: {str(exc).rstrip('.')}"
-            if path.is_dir():
-                try:
-                    check_tokenizer(path)
-                except LongctxError as exc:
-                    return f"holds a tokenizer it cannot use: {str(exc).rstrip('.')}"
+    """A model a lesson trains: its weights and tokenizer loadable as the lesson loads them (a local folder's, or a
+    cached hub id's snapshot; a hub id not cached is the hub's, checked by needs)."""
+    if not (context["weights"] and isinstance(value, str)) or value in (*PRESETS, *MINIATURES):
+        return None
+    if cached := cached_config(value):
+        check_fetchable({value: "weights"}, "Loading its weights")  # a cache holding pickled weights only: refused here
+        folder = cached.parent if cached_weights(value) else None
+    elif (path := user_path(value, "The model")).is_dir() or is_local_config(path):
+        if not has_weights(path):
+            return (
+                "has no weights to load (only safetensors files are loaded: a pickled pytorch_model.bin can run code; a "
+                "config.json alone is for estimates): give a model folder with its safetensors files, a hub id, or a preset"
+            )
+        folder = path
+    else:
+        return None  # no model at all: check_spec names it
+    try:
+        check_weights(folder) if folder else None
+        check_tokenizer(folder) if folder else None
+    except LongctxError as exc:
+        return f"cannot be used: {str(exc).rstrip('.')}"
 
 
 def _config(value, context):
@@ -238,7 +220,10 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
         why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}"
         typed = yaml.safe_dump(bad, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()  # as -p read it
         why += f" (quote it to pass it as text: -p '{name}=\"{typed}\"')" if wanted == "string" else ""
-        why += f" (a list is written in brackets: -p '{name}=[{bad}]')" if wanted == "array" and _num(bad) else ""
+        if wanted == "array" and (isinstance(bad, str) or _num(bad)):
+            listed = bad if isinstance(bad, str) else f"[{bad}]"
+            why += (f" (longctx run: -p '{name}={listed}'; papermill's -p passes a list as text: give it with -y "
+                    f"'{name}: {listed}')")  # fmt: skip
         with contextlib.suppress(LongctxError):  # a length such as 1M or 96k, written out
             why += f" (write {bad} as -p {name}={parse_length(bad)})" if wanted == "integer" and isinstance(bad, str) else ""
     else:  # the x- keywords say it themselves

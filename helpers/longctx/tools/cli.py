@@ -2,10 +2,10 @@
 
 import argparse
 import contextlib
-import errno
 import importlib.util
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -20,9 +20,12 @@ from longctx.errors import LongctxError
 from longctx.lengths import parse_length
 from longctx.levers import base_model
 from longctx.memory import cards, timing
-from longctx.models import HUB_ID, PRESETS
+from longctx.memory import estimate as est
+from longctx.models import DTYPE_NAMES, HUB_ID, PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
-from longctx.tools import figures, lab, site
+from longctx.run import needs
+from longctx.tools import figures, lab, site, sweep
+from longctx.train import LOSSES
 
 CARDS = f"a card ({', '.join(cards.CARDS)}; its driver-reported total, else its datasheet's) or a number of GiB"
 
@@ -40,7 +43,6 @@ def _cmd_run(args) -> None:
 
 def _cmd_sweep(args) -> None:
     from longctx.run import harness
-    from longctx.tools import sweep
 
     slurm = {k: getattr(args, k) for k in ("partition", "gpus", "time", "account", "qos", "mem", "cpus_per_task")}
     fixed = harness.parse_overrides(args.param)
@@ -86,7 +88,7 @@ def _cmd_list(args) -> None:
     for name, path in harness.notebooks().items():
         print(name)
         for size in harness.SIZES:
-            if size in harness.sizes(path) or size == harness.REHEARSAL:
+            if size in harness.sizes(path):
                 declared = needs.of(name, size)
                 print(f"  {size:10s} {declared.describe()}; stopped after {declared.limit_minutes:g} min")
 
@@ -94,18 +96,11 @@ def _cmd_list(args) -> None:
 def _cmd_data(args) -> None:
     from longctx import data
 
-    named = os.environ.get("LONGCTX_DATA")
-    if args.verify and named and not (where := user_path(named, "LONGCTX_DATA")).is_dir():  # verifying creates nothing
-        what = "is a file, not a folder" if where.exists() else "does not exist"
-        raise LongctxError(
-            f"LONGCTX_DATA={named} {what}: there is nothing to verify. Build the data there with `longctx data`, "
-            "or unset LONGCTX_DATA to verify the repository's data/."
-        )
     if not args.verify:  # each step keeps what is there (verified below), or builds it again with --force
         books = len(list(data.fetch_corpus(force=args.force, download=True).glob("*.txt")))
         data.tokenizer(force=args.force)
         tokens = {s: len(data.token_stream(s, force=args.force)) for s in data.SPLITS}
-        data.export_parquet(force=args.force)  # the rehearsal's PG-19 stand-in
+        data.export_parquet(force=args.force)  # the ci size's PG-19 stand-in
     if problems := data.verify():
         raise LongctxError(
             "the data on disk is not what `longctx data` built:\n  " + "\n  ".join(problems) + "\nRebuild it with "
@@ -119,8 +114,6 @@ def _cmd_lab(args) -> None:
     if importlib.util.find_spec("jupyterlab") is None:
         raise LongctxError("JupyterLab is not installed in this environment: pip install -e '.[lab]' (or `make lab`).")
     root = user_path(args.folder, "The folder") if args.folder else notebooks_dir()
-    if not root.is_dir():
-        raise LongctxError(f"{root} is not a folder; give the folder of notebooks to open.")
     try:
         lab.write_settings()
     except OSError as exc:  # an environment this user cannot write to: JupyterLab still starts, with its defaults
@@ -149,8 +142,8 @@ def _cmd_estimate(args) -> None:
     same += ("offload_optimizer", "offload_params", "fused_norm", "sp_size", "autocast")
     kwargs = {k: getattr(args, k) for k in same} | {"checkpointing": not args.no_checkpointing}
     step = partial(estimate, args.model, parse_length(args.seq_len), **kwargs)
-    with contextlib.redirect_stdout(sys.stderr):  # a library's chatter (DeepSpeed's accelerator line) is not the report
-        profile = step(attn_implementation=args.attn)
+    with contextlib.redirect_stdout(sys.stderr), children.time_limit(60 * args.timeout, "The estimate"):  # (DeepSpeed's
+        profile = step(attn_implementation=args.attn)  # accelerator line on stdout is not the report)
     summary = {**profile.summary(), "versions": versions()}
     if args.gpu is not None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size * args.sp_size)
@@ -195,36 +188,36 @@ def _cmd_plan(args) -> None:
     gib, how = cards.capacity(args.gpu)
     kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp", "host_state")}
     kwargs["attn_implementation"] = args.attn
-    with contextlib.redirect_stdout(sys.stderr):  # progress and any library's chatter: stdout holds only the plan
+    with contextlib.redirect_stdout(sys.stderr), children.time_limit(60 * args.timeout, "The plan"):  # stdout: the plan
         gpu = args.gpu if cards.card(args.gpu) else gib  # a card's name prices the times on that card
         result = plan(args.model, parse_length(args.seq_len), gpu_memory_gib=gpu, progress=True, exact=args.exact, **kwargs)
     result["capacity"] = how
     print(json.dumps(dict(result, versions=versions()), indent=2) if args.json else table(result))
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        if flag := re.match(r"argument (?:-[-\w]+/)*(-[-\w]+): expected one argument", message):
-            # argparse reads a value starting with '-' (`--seq-len -4k`) as a flag of its own
-            message += f" (a value that starts with '-' is joined to its flag: {flag[1]}=VALUE)"
-        super().error(message)
+def positive(text: str) -> float:
+    """argparse's type for a count or a duration: a positive finite number (`int(...)` where a whole one is meant)."""
+    value = float(text)  # (argparse says "invalid positive value" for what float() refuses)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(text)
+    return int(value) if value.is_integer() else value
 
 
 def _flag(*names, **kwargs) -> argparse.ArgumentParser:
     """A parent parser holding one flag that several commands share."""
-    parser = _Parser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument(*names, **kwargs)
     return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    size = _flag("--size", default="cpu", help="ci | cpu | gpu | rehearsal (default cpu; see `longctx list`)")
+    size = _flag("--size", default="cpu", choices=needs.SIZES, help="default cpu; see `longctx list`")
     out = _flag("--out", default=None, help="folder to write (default: the command's own under build/)")
     quiet = _flag("-q", "--quiet", action="store_true", help="no progress bar")
     force = _flag("--force", action="store_true", help="write again over what this command wrote (other files are kept)")
     as_json = _flag("--json", action="store_true", help="print one JSON object")
     timeout = _flag(
-        "--timeout", type=float, default=None, metavar="MINUTES",
+        "--timeout", type=positive, default=None, metavar="MINUTES",
         help="stop a notebook (with every process it started) after this many minutes (default: 4 × its size's "
         "minutes + 2; `longctx list` shows both)",
     )  # fmt: skip
@@ -232,10 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     model = _flag("--model", required=True, help="preset (qwen3-4b, …), config.json path, model folder or hub id")
     model.add_argument("--seq-len", required=True, help="tokens per sequence: 98304, 96k, 1M")
     mixed = _flag("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2; needs --cp-size > 1)")
-    attn = _flag("--attn", default="sdpa", help="transformers' attn_implementation: sdpa, flash_attention_2, eager")
+    attn = _flag("--attn", default="sdpa", choices=est.ATTENTIONS, help="transformers' attn_implementation")
     attn.add_argument("--tiled-mlp", action="store_true", help="ALST's TiledMLP on every layer (plan: a step after offload)")
 
-    parser = _Parser(prog="longctx", description=__doc__)
+    parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="with an error, also print where it was raised")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -252,15 +245,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("notebook")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept parameter (repeat for a grid)")
     p.add_argument("--metric", default=None, help="a results.json key to plot against the first grid key")
-    p.add_argument("--executor", default="local", help="local | slurm | slurm-local | slurm-debug (submitit)")
-    p.add_argument("--jobs", type=int, default=1, help="local executor: points run at once")
+    p.add_argument("--executor", default="local", choices=sweep.EXECUTORS, help="local, or SLURM through submitit")
+    p.add_argument("--jobs", type=positive, default=1, help="local executor: points run at once")
     p.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
-    p.add_argument("--gpus", type=int, default=None, help="SLURM GPUs per point")
-    p.add_argument("--time", type=int, default=None, help="SLURM time limit per point, minutes (default 60)")
+    p.add_argument("--gpus", type=positive, default=None, help="SLURM GPUs per point")
+    p.add_argument("--time", type=positive, default=None, help="SLURM time limit per point, minutes (default 60)")
     p.add_argument("--account", default=None, help="SLURM account to charge")
     p.add_argument("--qos", default=None, help="SLURM quality of service")
-    p.add_argument("--mem", type=float, default=None, help="SLURM memory per point, GB")
-    p.add_argument("--cpus-per-task", type=int, default=None, help="SLURM CPU cores per point")
+    p.add_argument("--mem", type=positive, default=None, help="SLURM memory per point, GB")
+    p.add_argument("--cpus-per-task", type=positive, default=None, help="SLURM CPU cores per point")
     what = "regenerate every guide figure into one folder, with an index page"
     command("figures", _cmd_figures, what, size, out, force, quiet, timeout)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
@@ -269,11 +262,15 @@ def build_parser() -> argparse.ArgumentParser:
         if isinstance(value, bool):  # a switch: --answer-only / --no-answer-only
             p.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=f"default {value}")
         else:
-            p.add_argument(flag, dest=key, type=type(value), default=None, help=base_model.SAID.get(key, f"default {value!r}"))
+            choices = base_model.SCHEDULERS if key == "scheduler" else None
+            p.add_argument(flag, dest=key, type=type(value), default=None, choices=choices,
+                           help=base_model.SAID.get(key, f"default {value!r}"))  # fmt: skip
     p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet, timeout)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
-    p = command("estimate", _cmd_estimate, "estimate a training step's memory on fake tensors", model, mixed, attn, as_json)
-    p.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
+    limit = _flag("--timeout", type=positive, default=15, metavar="MINUTES", help="stop after this many minutes (default 15)")
+    what = "estimate a training step's memory on fake tensors"
+    p = command("estimate", _cmd_estimate, what, model, mixed, attn, as_json, limit)
+    p.add_argument("--loss", default="chunked", choices=LOSSES)
     p.add_argument("--no-checkpointing", action="store_true", help="keep every activation (no recomputation)")
     p.add_argument("--offload", action="store_true", help="offload checkpointed layer inputs to host memory")
     p.add_argument("--offload-optimizer", action="store_true", help="AdamW's state and fp32 weights on the host, its "
@@ -281,23 +278,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offload-params", action="store_true", help="the layers' weights on the host too, fetched per layer "
                    "(ZeRO-3's offload_param: cpu; needs --offload-optimizer)")  # fmt: skip
     p.add_argument("--fused-norm", action="store_true", help="Liger-Kernel's fused RMSNorm (one kernel each way)")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--cp-size", type=int, default=1, help="context parallelism over N GPUs: the estimate is per rank")
-    p.add_argument("--sp-size", type=int, default=1, help="Ulysses sequence parallelism over N GPUs (DeepSpeed's; the "
+    p.add_argument("--dtype", default="bf16", choices=DTYPE_NAMES)
+    p.add_argument("--batch", type=positive, default=1)
+    p.add_argument("--cp-size", type=positive, default=1, help="context parallelism over N GPUs: the estimate is per rank")
+    p.add_argument("--sp-size", type=positive, default=1, help="Ulysses sequence parallelism over N GPUs (DeepSpeed's; the "
                    "state sharded as ZeRO-3 does, by FSDP2): the estimate is per rank")  # fmt: skip
-    p.add_argument("--cp-comm", default="allgather", help="how CP ranks exchange keys and values (accelerate's "
-                   "cp_comm_strategy): allgather (its default) or alltoall (a ring of sends)")  # fmt: skip
-    # the choices below are checked (and listed) by the estimator itself, which this parser does not import
-    p.add_argument("--device", default="cuda", help="whose kernels the step runs: cuda (emulated on fake tensors) or cpu")
-    p.add_argument("--optim", default="fused", help="AdamW implementation: fused (the Trainer's default), foreach, for-loop")
+    p.add_argument("--cp-comm", default="allgather", choices=est.CP_COMMS, help="how CP ranks exchange keys and values "
+                   "(accelerate's cp_comm_strategy): allgather (its default) or alltoall (a ring of sends)")  # fmt: skip
+    p.add_argument("--device", default="cuda", choices=est.DEVICES, help="whose kernels the step runs: cuda (emulated on "
+                   "fake tensors) or cpu")  # fmt: skip
+    p.add_argument("--optim", default="fused", choices=est.OPTIMIZERS, help="AdamW implementation: fused (the Trainer's "
+                   "default), foreach, for-loop")  # fmt: skip
     p.add_argument("--gpu", default=None, help=f"say whether the peak fits {CARDS}, and what is not counted")
     p.add_argument("--exact", action="store_true", help="trace every layer (default: 3 and 4 layers, extended; the same bytes)")
     p.add_argument("--no-autocast", dest="autocast", action="store_const", const=False, default=None, help="a bf16 model "
                    "trained with bf16=False (default: the forward under bf16 autocast where a Trainer with bf16=True runs "
                    "it so: one GPU, no FSDP2 or DeepSpeed)")  # fmt: skip
-    p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json)
-    p.add_argument("--gpus", type=int, default=1, help="GPUs available for context parallelism (power of two)")
+    p = command("plan", _cmd_plan, "add the levers one by one until a sequence fits the GPUs", model, mixed, attn, as_json, limit)
+    p.add_argument("--gpus", type=positive, default=1, help="GPUs available for context parallelism (power of two)")
     p.add_argument("--host-state", action="store_true", help="ALST's one-GPU levers as steps: the optimizer, then the "
                    "weights on the host (DeepSpeed ZeRO offload), Liger's fused norm")  # fmt: skip
     p.add_argument("--gpu", "--gpu-memory", dest="gpu", default="H100-80GB", help=f"each GPU: {CARDS} (default H100-80GB)")
@@ -341,13 +339,6 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # run as the program, not called from Python
             signal.signal(signal.SIGINT, _interrupt)
             signal.signal(signal.SIGTERM, _interrupt)  # stopped from outside: the same clean end, no orphaned kernel
-        try:  # huggingface_hub reads its HF_* variables once, when imported: a malformed one would end any command there
-            import huggingface_hub.constants  # noqa: F401
-        except ValueError as exc:
-            raise LongctxError(f"A Hugging Face setting in the environment is malformed ({exc}): fix or unset that HF_* "
-                               "variable (`env | grep ^HF_`).") from None  # fmt: skip
-        if getattr(args, "out", None) == "":  # an empty --out would silently mean the default folder
-            raise LongctxError("--out is empty: name a folder, or leave --out out for the default.")
         if HUB_ID.match(model := getattr(args, "model", None) or "") and os.path.exists(model):  # as transformers reads it
             print(
                 f"note: {model} is the folder {os.path.abspath(model)} here, not the hub's model of that name.", file=sys.stderr
@@ -364,13 +355,13 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"longctx: error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # the output itself cannot be written: `longctx list > /dev/full`, a full disk
-        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or args.debug:
-            raise
+    except OSError as exc:  # one line naming the path and the cause: a full disk, a folder it may not write, ...
+        if args.debug:
+            traceback.print_exc()
         with contextlib.suppress(OSError, ValueError):  # what stdout still holds goes nowhere: no second failed flush
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        where = f" {exc.filename}" if exc.filename else " the output"
-        print(f"longctx: error: could not write{where}: {exc.strerror}. Free space or write elsewhere.", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"longctx: error: {where}{exc.strerror or exc}. Nothing half-written was left there.", file=sys.stderr)
         return 1
     return 0
 

@@ -32,17 +32,14 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     from longctx.run import harness
 
     harness.check_timeout(timeout)
-    writes = {"index.md", *(f"{name}.{ext}" for name in GUIDE_FIGURES for ext in ("png", "svg"))}
-    out = files.check_out(out or build_dir() / "figures" / size, "figures", writes=writes, folders={RUNS}, force=force)
+    own = {"index.md": False, RUNS: True, **{f"{name}.{ext}": False for name in GUIDE_FIGURES for ext in ("png", "svg")}}
+    out = files.claim(out or build_dir() / "figures" / size, "figures", own, force=force, write=False)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
     for nb in notebooks:  # every notebook's parameters and needs, and the data, before the folder is made
-        harness.checked_run(harness.resolve(nb), size, timeout=timeout)
+        harness.checked_run(harness.resolve(nb), size)
     data.check_built()
     runs = dict(runs or {})
-    if linked := [out / RUNS / nb for nb in notebooks if (out / RUNS / nb).is_symlink()]:  # it would run elsewhere
-        raise LongctxError(f"{linked[0]} is a link: figures runs its notebooks in folders of its own. Move it away.")
-    out.mkdir(parents=True, exist_ok=True)
-    files.mark_claimed(out, "figures")  # runs/ is its own from now: a stopped or failed run is taken up again
+    files.claim(out, "figures", own, force=force)  # runs/ is its own from now: a stopped or failed run is taken up again
     for nb in (nb for nb in notebooks if nb not in runs):
         print(f"== {nb} ({size})", flush=True)
         runs[nb] = harness.run(nb, size, out=out / RUNS / nb, progress=progress, timeout=timeout)

@@ -2,14 +2,10 @@
 from what `longctx run` / `longctx figures` wrote; nothing is executed. Pages link to each other relatively, so the
 site opens from disk (file://) as well as from any static web server."""
 
-import contextlib
 import importlib.util
-import itertools
 import json
-import math
 import re
 import shutil
-from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -19,27 +15,8 @@ from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 from longctx.tools.figures import GUIDE_FIGURES
 
-# what a run's results.json must hold to be shown (notebook.Session writes it), checked with jsonschema; the fields
-# the page shows are of the forms a run writes (a version, a device), so none can carry Markdown or HTML
-_WORD = {"type": "string", "pattern": r"^[\w.+!-]+$"}
-RESULTS = {
-    "type": "object",
-    "required": ["size", "finished", "seconds", "versions"],
-    "properties": {
-        "notebook": _WORD,
-        "size": _WORD,
-        "finished": {"type": "string"},
-        "seconds": {"type": "number", "minimum": 0},
-        "versions": {"type": "object", "propertyNames": _WORD, "additionalProperties": _WORD},
-        "params": {"type": "object"},
-    },
-}
-# what papermill records in an executed notebook's metadata, as far as the site reads it
-PAPERMILL = {"type": "object", "properties": {"input_path": {"type": ["string", "null"]}, "parameters": {"type": "object"}}}
 TABLE_TAGS = ("div", "table", "thead", "tbody", "tr", "th", "td")  # a pandas DataFrame's HTML output
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
-SITE_BYTES, SITE_FILES = 32 * 2**20, 512  # a site beside its runs: the theme, the figures, the pages (about 200 files)
-IMAGE_STARTS = {".png": b"\x89PNG\r\n\x1a\n", ".svg": b"<?xml ve"}  # the first 8 bytes matplotlib writes
 CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
 
@@ -55,27 +32,22 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
             "missing): pip install -e '.[site]' (or `make site`)."
         )
     check_choice("size", size, harness.SIZES)
-    out = files.claim_folder(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
+    out = files.claim(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
     if runs is None:
         runs = {}
         for name in harness.notebooks():  # a run at this size, or one too damaged to say its size (refused below)
             executed = build_dir() / name / f"{name}.ipynb"
             results = executed.parent / "results.json"
-            if results.exists() and (files.json_object(results) or {}).get("size", size) == size:
+            if (files.json_object(results) or {}).get("size") == size:
                 runs[name] = executed
     runs = {name: _checked_run(name, Path(executed), size) for name, executed in runs.items()}
-    shown = sum(executed.stat().st_size for executed in runs.values())  # each run: a copy, its page, its download
-    files.check_room(out.parent, 3 * shown + SITE_BYTES, SITE_FILES, "the site is built beside it, then swapped in")
-    try:  # built in a fresh folder beside `out`, then swapped in whole (files.swap_in)
-        with files.staging(out) as tmp:
-            docs, site = Path(tmp) / "docs", Path(tmp) / "site"
-            nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
-            _mkdocs(docs, site, size, nav, progress)
-            if problems := broken_links(site):
-                raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
-            files.swap_in(site, out, "site")
-    except OSError as exc:  # a full disk, a folder made read-only meanwhile: the last site is left as it was
-        raise files.write_error(exc, out) from None
+    with files.staging(out) as tmp:  # built in a fresh folder beside `out`, then swapped in whole (files.swap_in)
+        docs, site = Path(tmp) / "docs", Path(tmp) / "site"
+        nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
+        _mkdocs(docs, site, size, nav, progress)
+        if problems := broken_links(site):
+            raise LongctxError("The site has broken links or images:\n  " + "\n  ".join(problems[:20]))
+        files.swap_in(site, out, "site")
     return out
 
 
@@ -113,52 +85,20 @@ def _mkdocs(docs: Path, site: Path, size: str, nav: list, progress: bool) -> Non
         logger.setLevel(level)
 
 
-def _is_time(text: str) -> bool:
-    try:
-        return bool(datetime.fromisoformat(text))
-    except ValueError:
-        return False
-
-
 def _checked_run(name: str, executed: Path, size: str) -> Path:
-    """A run the site can show: its executed notebook readable, its results.json naming the run. Refused by name
-    otherwise, before anything is built."""
+    """A run the site shows: one `longctx run` wrote (its marker beside it), at `size`, its notebook readable. Refused by
+    name otherwise, before anything is built."""
     import nbformat
 
     results = files.json_object(executed.parent / "results.json") or {}
-    why = _unlike(results, RESULTS, "its results.json") if results else "its results.json cannot be read as a JSON object"
-    if why is None and results.get("notebook", name) != name:  # a lesson's run copied under another's name
-        why = f"its results.json is of {results['notebook']}, not {name}"
-    if why is None and results["size"] != size:
-        why = f"its results.json is of a run at size {results['size']!r}, not {size!r}"
-    if why is None and not (math.isfinite(results["seconds"]) and results["seconds"] >= 0):
-        why = f"its results.json's seconds {results['seconds']!r} is not a duration"
-    if why is None and not _is_time(results["finished"]):  # (shown on the page: text of that one form only)
-        why = f"its results.json's finished {results['finished']!r} is not a time"
-    link = next((p.name for p in (executed, executed.parent / "results.json") if p.is_symlink()), None)
-    if why is None and link:  # the site copies what it shows: never through a link to elsewhere
-        why = f"{link} is a link"
-    if why is None and not executed.is_file():  # absent, or a FIFO that would block the read
-        why = f"{executed.name} is not a regular file"
+    why = None if files.claimed(executed.parent, "run") else "no `longctx run` wrote it"
+    if why is None and (results.get("size"), results.get("notebook")) != (size, name):
+        why = f"its results.json is not of {name} at size {size!r}"
     if why is None:
         try:
-            nb = nbformat.read(executed, as_version=4)
-            nbformat.validate(nb)  # (nbformat.read only warns; MkDocs' reader would stop on it, naming no file)
-            papermill = nb.metadata.get("papermill", {})
+            nbformat.validate(nbformat.read(executed, as_version=4))  # (MkDocs' reader would stop on it, naming no file)
         except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
-            said = str(exc).splitlines()[0][:160] if isinstance(exc, nbformat.ValidationError) else type(exc).__name__
-            why, papermill = f"{executed.name} cannot be read as a notebook ({said})", {}
-        if why is None and (why := _unlike(papermill, PAPERMILL, f"{executed.name}'s papermill record")):
-            papermill = {}
-        ran, recorded = papermill.get("input_path") or "", results.get("params") or {}
-        if why is None and Path(ran).stem != name:  # (a sweep's point runs a copy of the same name)
-            why = f"{executed.name} is a run of {Path(ran).name or 'no lesson longctx ran'}, not of {name}"
-        given = papermill.get("parameters") or {}
-        if why is None and (other := [k for k, v in given.items() if k in recorded and recorded[k] != v]):
-            # the notebook and the results of two runs, side by side
-            why = f"{executed.name} ran with {other[0]}={given[other[0]]!r}, its results.json with {recorded[other[0]]!r}"
-        if why is None and (cell := _edited_cell(nb, name)) is not None:  # its text is shown as the lesson's
-            why = f"{executed.name}'s cell {cell} is not the lesson's as committed (an edited copy, or an older version)"
+            why = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})"
     if why:
         raise LongctxError(
             f"The run in {executed.parent} cannot be shown: {why}. Run the lesson again (`longctx run {name[:2]} "
@@ -167,48 +107,10 @@ def _checked_run(name: str, executed: Path, size: str) -> Path:
     return executed
 
 
-def _edited_cell(nb, name: str) -> int | None:
-    """The first cell (counted from 1) of an executed notebook whose type, text or attachments differ from the committed
-    lesson's with the one cell papermill injects for the recorded parameters, or None. (papermill 2.7's
-    parameterize_notebook puts it after the cell tagged `parameters`; its lines are compared in any order, as the
-    record's keys are written sorted.)"""
-    import nbformat
-    from papermill.translators import translate_parameters
-
-    from longctx.run import harness
-
-    def shown(cell):
-        injected = "injected-parameters" in cell.metadata.get("tags", [])
-        return cell.cell_type, sorted(cell.source.splitlines()) if injected else cell.source, cell.get("attachments")
-
-    lesson = nbformat.read(harness.notebooks()[name], as_version=4)
-    expected = [shown(c) for c in lesson.cells]
-    if given := nb.metadata.get("papermill", {}).get("parameters"):
-        kernel = lesson.metadata.get("kernelspec", {})
-        source = translate_parameters(kernel.get("name"), kernel.get("language"), given, "Parameters")
-        at = next((i + 1 for i, c in enumerate(lesson.cells) if "parameters" in c.metadata.get("tags", [])), 0)
-        expected.insert(at, ("code", sorted(source.splitlines()), None))
-    ran = [shown(c) for c in nb.cells]
-    return next((i + 1 for i, (a, b) in enumerate(itertools.zip_longest(ran, expected)) if a != b), None)
-
-
 def _numbers_only(metadata: dict) -> dict:
     """An output's metadata with only its numbers and flags kept (nested by MIME type)."""
     kept = {k: _numbers_only(v) if isinstance(v, dict) else v for k, v in metadata.items()}
     return {k: v for k, v in kept.items() if isinstance(v, (dict, bool, int, float))}
-
-
-def _unlike(value, schema: dict, what: str) -> str | None:
-    """How `value` differs from `schema` (jsonschema's most telling error), or None."""
-    import jsonschema
-
-    if not (error := jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))):
-        return None
-    where, kind = ".".join(map(str, error.absolute_path)), type(error.instance).__name__
-    said = error.message if len(error.message) < 160 else f"a {kind} where a run writes {error.validator_value!r}"
-    if error.validator == "pattern":  # a version or a device, as a run writes them
-        said = "not a name a run writes there: letters, digits and . + ! - _ only"
-    return f"{what} is not a run's ({where + ': ' if where else ''}{said})"
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:
@@ -230,20 +132,10 @@ def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> 
                 f"run {name[:2]} --size {size}\n    longctx site --size {size}\n    ```\n\n[Source notebook]"
                 f"(../source/{name}.ipynb) (as committed, without outputs).\n\n{_next(following)}\n"
             )
-    if figures.is_symlink() or ((figures / "index.md").is_file() and not files.claimed(figures, "figures")):
-        raise LongctxError(f"{figures} is {'a link' if figures.is_symlink() else 'a folder'} that `longctx figures` did not "
-                           "write: move it away, or run `longctx figures` again. The site was not changed.")  # fmt: skip
-    if (figures / "index.md").is_file():  # the figures `longctx figures` writes, each an image, under an index of ours
+    if files.claimed(figures, "figures"):  # the figures `longctx figures` wrote, under an index of ours
         lines = [f"# Guide figures ({size} size)\n\nAs `longctx figures --size {size}` last drew them.\n"]
         for name, nb in GUIDE_FIGURES.items():
             for f in (figures / f"{name}.png", figures / f"{name}.svg"):
-                head = b""
-                with contextlib.suppress(OSError):
-                    head = f.open("rb").read(8) if f.is_file() and not f.is_symlink() else b""
-                if head != IMAGE_STARTS[f.suffix]:  # never through a link, never another file under a figure's name
-                    kind = "a link" if f.is_symlink() else "missing" if not f.exists() else "not the image it is named"
-                    raise LongctxError(f"{f} is {kind}, not a figure `longctx figures` wrote: move it away, or run "
-                                       "`longctx figures` again. The site was not changed.")  # fmt: skip
                 shutil.copyfile(f, docs / "figures" / f.name)
             lines.append(f"## {name}\n\n![{name}]({name}.png)\n\nFrom lesson `{nb}` ([SVG]({name}.svg)).\n")
         (docs / "figures" / "index.md").write_text("\n".join(lines))
@@ -285,13 +177,18 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
                 if "metadata" in output:
                     output.metadata = _numbers_only(output.metadata)
     results = files.json_object(executed.parent / "results.json")  # (checked by _checked_run)
-    # shown as code, never as Markdown or HTML (a hand-edited field could carry a link or a script)
-    versions = "`" + ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items())).replace("`", "'") + "`"
-    size, finished = results["size"], results["finished"]  # (checked: one of the sizes, a time)
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items()))
+    size, finished = results["size"], results["finished"]
+    edited = {
+        True: " **This run's lesson differs from the lesson as committed** (an edited copy): its text and numbers are "
+        "that copy's.",
+        False: "",
+        None: " Whether its lesson was the one committed was not recorded.",
+    }[results.get("lesson_edited")]
     about = (
         f"> **This run.** Size `{size}`, finished `{finished}`, in {results['seconds']:.0f} s; "
-        f"{versions}. [Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself "
-        f"with `longctx run {name[:2]} --size {size}`."
+        f"`{versions}`. [Source notebook](../source/{name}.ipynb) (as committed, without outputs); run it yourself "
+        f"with `longctx run {name[:2]} --size {size}`.{edited}"
     )
     for cell in nb.cells:
         if cell.cell_type == "markdown":

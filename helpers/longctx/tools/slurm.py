@@ -1,9 +1,8 @@
-"""A sweep on a SLURM cluster: its options checked against what the cluster lists (sinfo) before anything is
-submitted, one job array through submitit, the wait with the array's counts (squeue while a task is queued or
-running, sacct once it ended), Ctrl-C cancelling the array, and a task that ended without recording its point
-(cancelled, past --time, a failed node) recorded from SLURM's account of it."""
+"""A sweep on a SLURM cluster: one job array through submitit (a partition, QOS or GPU request the cluster lacks is
+sbatch's to refuse, in its own words, before anything runs), the wait with the array's counts (squeue while a task is
+queued or running, sacct once it ended), Ctrl-C cancelling the array, and a task that ended without recording its
+point (cancelled, past --time, a failed node) recorded from SLURM's account of it."""
 
-import os
 import shutil
 import subprocess
 import time
@@ -28,8 +27,6 @@ def _ask(*command: str, timeout: float = 30) -> str:
     """A SLURM command's output; a LongctxError naming it when it fails or does not answer in `timeout` s."""
     if shutil.which(command[0]) is None:
         raise LongctxError(f"SLURM's {command[0]} is not on this machine's PATH: run from the cluster's login node.")
-    if (conf := os.environ.get("SLURM_CONF")) and not os.path.isfile(conf):  # SLURM would look for it until the timeout
-        raise LongctxError(f"SLURM_CONF names {conf}, which is no file: point it at the cluster's slurm.conf, or unset it.")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -44,33 +41,6 @@ def _ask(*command: str, timeout: float = 30) -> str:
             "that SLURM_CONF names the cluster's slurm.conf, from the cluster's login node."
         )
     return done.stdout
-
-
-def check(options: dict) -> None:
-    """Refuse a partition the cluster does not list, or GPUs on a partition without them, before any submission."""
-    rows = [line.split("|") for line in _ask("sinfo", "-h", "-o", "%P|%G|%a").split()]  # "debug*|(null)|up"
-    partitions = {name.rstrip("*"): (gres, state) for name, gres, state in rows}
-    default = next((name.rstrip("*") for name, _, _ in rows if name.endswith("*")), None)
-    part = options.get("partition") or default
-    if part not in partitions:
-        raise LongctxError(
-            f"SLURM has no partition {part!r}: sinfo lists {', '.join(sorted(partitions))}. Nothing was submitted."
-        )
-    if (qos := options.get("qos")) and (known := _listed("qos")) and qos not in known:  # sbatch would not say
-        raise LongctxError(f"SLURM has no QOS {qos!r}: sacctmgr lists {', '.join(sorted(known))}. Nothing was submitted.")
-    if options.get("gpus") and "gpu" not in partitions[part][0]:
-        raise LongctxError(
-            f"--gpus {options['gpus']}: partition {part!r} has no GPUs (sinfo's GRES: {partitions[part][0]}); give a "
-            "partition with GPUs (--partition), or leave --gpus out. Nothing was submitted."
-        )
-
-
-def _listed(what: str) -> set[str]:
-    """The names sacctmgr lists (empty where the cluster keeps no accounting database to ask)."""
-    try:
-        return set(_ask("sacctmgr", "-n", "-P", "show", what, "format=name", timeout=20).split())
-    except LongctxError:
-        return set()
 
 
 def parameters(options: dict, name: str) -> dict:

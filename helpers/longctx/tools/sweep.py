@@ -38,6 +38,7 @@ EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 # the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the notebook runner
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
 MAX_POINTS = 10_000
+OWN = {"points": True, "source": True, "submitit": True, ".lock": False, "sweep.csv": False, "slurm.json": False}
 OOM_NAMES = ("OutOfMemoryError", "MemoryError", harness.OOM_KILLED)
 FINISHED = ("ok", "oom", "timed out")  # a point's outcomes that are results (the others are retried)
 # torch's CUDA allocator says "out of memory"; its CPU allocator "DefaultCPUAllocator: can't allocate memory"
@@ -45,25 +46,20 @@ OOM_WORDS = ("out of memory", "can't allocate memory")
 
 
 def parse_grid(items: list[str]) -> dict[str, list]:
-    """`["SEQ_LEN=256,512", "LOSS=plain,chunked"]` → {"SEQ_LEN": [256, 512], "LOSS": ["plain", "chunked"]}.
-    Values are parsed like `-p` overrides; commas inside brackets belong to a list value."""
+    """`["SEQ_LEN=256,512", "PADS=[64,128],[128,256]"]` → {"SEQ_LEN": [256, 512], "PADS": [[64, 128], [128, 256]]}: the
+    values read as one YAML list, each as `-p` reads a value (a list in brackets is one value)."""
+    import yaml
+
     grid: dict[str, list] = {}
     for item in items:
-        key, _, raw = item.partition("=")
-        if not (values := [v for v in harness.split_top_level(raw) if v.strip()]):
-            raise LongctxError(f"Grid entry {item!r} has no values: write KEY=V1,V2,...")
-        if key.strip() in grid:
-            raise LongctxError(f"Grid key {key!r} is given twice.")
-        grid[key.strip()] = parsed = []
-        for text, value in zip(values, map(harness.parse_value, values)):  # 32, 032 and 32.0 are one value
-            if same := next(
-                (t for t, p in zip(values, parsed) if p == value and isinstance(p, bool) == isinstance(value, bool)), None
-            ):
-                raise LongctxError(
-                    f"Grid key {key.strip()} gives one value twice ({same.strip()!r} and {text.strip()!r}): give each "
-                    "value once, as a list parameter's -p value does."
-                )
-            parsed.append(value)
+        key, _, raw = (part.strip() for part in item.partition("="))
+        try:
+            values = [harness.parse_value(v) if isinstance(v, str) else v for v in yaml.safe_load(f"[{raw}]")]
+        except yaml.YAMLError:
+            values = None
+        if not key or not values or key in grid or len({json.dumps(v) for v in values}) < len(values):
+            raise LongctxError(f"--grid {item!r}: write KEY=V1,V2,... once per key, each value once.")
+        grid[key] = values
     return grid
 
 
@@ -93,7 +89,7 @@ class Sweep:
         self._defaults = harness.declared_parameters(path)
         for point in self.points():  # every point's names, types and ranges, before anything runs
             harness.check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
-        self.out = files.claim_folder(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", write=False)
+        self.out = files.claim(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", OWN, write=False)
 
         code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
         self._versions = {name: _version(name) for name in LIBRARIES} | {
@@ -257,49 +253,24 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
     if slurm and executor == "local":
         raise LongctxError(f"SLURM options ({flags}) need --executor slurm.")
     if executor != "slurm" and (cannot := [k for k in slurm if k not in ("time", "mem", "cpus_per_task")]):
-        raise LongctxError(
-            f"--executor {executor} rehearses on this machine and cannot honour --{cannot[0].replace('_', '-')}; leave "
-            "it out of the rehearsal, or submit to the cluster with --executor slurm."
-        )
-    for name, low in (("time", 1), ("gpus", 0), ("mem", 1), ("cpus_per_task", 1)):  # minutes, GPUs, GB, cores a point
-        value = slurm.get(name, low)
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-            raise LongctxError(f"--{name.replace('_', '-')} must be a number ≥ {low}, got {slurm[name]!r}.")
-    for name in ("partition", "account", "qos"):
-        if name in slurm and not str(slurm[name]).replace("-", "").replace("_", "").replace(".", "").isalnum():
-            raise LongctxError(f"--{name} {slurm[name]!r} is not a SLURM name (letters, digits, -, _ and . only).")
+        raise LongctxError(f"--executor {executor} rehearses on this machine and cannot honour --{cannot[0].replace('_', '-')}; "
+                           "leave it out of the rehearsal, or submit to the cluster with --executor slurm.")  # fmt: skip
     if jobs != 1 and executor != "local":
         raise LongctxError(f"--jobs applies to --executor local; with {executor} the executor runs the points.")
     if executor != "local" and importlib.util.find_spec("submitit") is None:
         raise LongctxError("The SLURM executors need submitit: pip install 'longctx[slurm]' (or pip install submitit).")
     if executor == "slurm" and shutil.which("sbatch") is None:
-        raise LongctxError(
-            "--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run "
-            "from the cluster's login node, or use --executor local (or slurm-local to rehearse)."
-        )
-    if not 1 <= jobs <= (os.cpu_count() or 1):  # each job runs a notebook kernel of its own
-        raise LongctxError(f"--jobs must be a whole number from 1 to this machine's {os.cpu_count()} CPU cores, got {jobs}.")
-    if executor == "slurm":
-        from longctx.tools import slurm as cluster
-
-        cluster.check(slurm)  # sinfo's partitions and their GPUs, before the folder is claimed
-        if sweep.machine is None:
-            sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
+        raise LongctxError("--executor slurm submits with SLURM's sbatch, which is not on this machine's PATH: run from the "
+                           "cluster's login node, or use --executor local (or slurm-local to rehearse).")  # fmt: skip
+    if executor == "slurm" and sweep.machine is None:
+        sweep.machine = f"slurm partition={slurm.get('partition')} gpus={slurm.get('gpus', 0)}"
     if "time" in slurm:  # a point stops at the shorter of the two limits, and is recorded as timed out under it
         sweep.limit = min(sweep.limit, slurm["time"])
     data.check_built()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now, each step's memory too, as a run would
         for point in sweep.pending():  # (a SLURM node checks its own; submitit's processes would only log a refusal)
-            harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point}, sweep.timeout)
-    written = {"points": True, "source": True, "submitit": True, ".lock": False, "sweep.csv": False, "slurm.json": False}
-    files.check_kinds(sweep.out, written, "sweep")
-    points = sweep.out / "points"
-    if points.is_dir() and not points.is_symlink() and (link := next((p for p in points.iterdir() if p.is_symlink()), None)):
-        raise LongctxError(  # a point's folder is replaced whole when it runs again: never through a link
-            f"{link} is a symbolic link: the sweep would replace it. Remove it (or give --out a new folder); nothing "
-            f"in {sweep.out} was touched."
-        )
-    files.claim_folder(sweep.out, "sweep")
+            harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point})
+    files.claim(sweep.out, "sweep", OWN)
     try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(sweep.out / ".lock", timeout=0):
             return _run_locked(sweep, executor, jobs, slurm, metric, progress)

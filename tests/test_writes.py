@@ -1,0 +1,128 @@
+"""The one write rule (longctx/files.py): a command writes into a folder that is new, empty, or carries its marker,
+replaces only its own names, never through a link, and stages every write so that nothing is left half-written; the
+site is built beside its folder and swapped in whole, showing only runs `longctx run` wrote. Stand-in runs: nothing is
+executed here."""
+
+import errno
+import json
+
+import nbformat
+import pytest
+
+from longctx import LongctxError, files, plots
+from longctx.notebook import write_json_atomic
+from longctx.run import harness
+from longctx.tools import site
+
+MARK = files.MARKER.format("cmd")
+# (what the folder holds, its marker, --force, refused): a command that writes "out.json" and a folder "runs/"
+CLAIMS = [
+    ([], False, False, False),  # empty
+    (["notes.txt"], False, False, True),  # the user's folder
+    (["notes.txt"], False, True, False),  # --force: the command's files beside the user's
+    (["out.json"], False, True, True),  # --force never writes over a file of the user's of a name it writes
+    (["out.json", "runs/"], True, False, False),  # its own folder, written again
+    (["notes.txt"], True, False, False),  # its own folder: whatever it wrote there is its own
+    (["runs"], True, False, True),  # a file where it writes a folder
+]
+
+
+@pytest.mark.parametrize("present,marked,force,refused", CLAIMS)
+def test_an_output_folder_is_new_empty_or_one_the_command_wrote(tmp_path, present, marked, force, refused):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in present:
+        (out / name).mkdir() if name.endswith("/") else (out / name).write_text("mine")
+    if marked:
+        files.mark_claimed(out, "cmd")
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    if refused:
+        with pytest.raises(LongctxError, match=str(out)):
+            files.claim(out, "cmd", {"out.json": False, "runs": True}, force=force)
+        assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # untouched
+    else:
+        assert files.claim(out, "cmd", {"out.json": False, "runs": True}, force=force) == out and files.claimed(out, "cmd")
+
+
+def test_a_marker_made_by_hand_or_a_link_named_as_it_is_no_marker(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("precious")
+    (out / MARK).write_text('["x"]')
+    with pytest.raises(LongctxError):
+        files.claim(out, "cmd")
+    (out / MARK).unlink()
+    (out / MARK).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(LongctxError):
+        files.claim(out, "cmd")
+    assert (out / "results.json").read_text() == "precious" and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+def test_a_failed_write_keeps_the_previous_file_whole(tmp_path, monkeypatch, code):
+    write_json_atomic(tmp_path / "results.json", {"run": 1})
+    fig = plots.plt.figure()
+    plots.save_figure(fig, "kept", tmp_path)
+    before = (tmp_path / "kept.png").read_bytes()
+
+    def fails(*args, **kwargs):
+        raise OSError(code, "failed")
+
+    monkeypatch.setattr("json.dumps", fails)
+    monkeypatch.setattr(type(fig), "savefig", fails)
+    for write in (
+        lambda: write_json_atomic(tmp_path / "results.json", {"run": 2}),
+        lambda: plots.save_figure(fig, "kept", tmp_path),
+    ):
+        with pytest.raises(OSError):
+            write()
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "results.json").read_text()) == {"run": 1} and (tmp_path / "kept.png").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.png", "kept.svg", "results.json"]  # no temporaries
+
+
+FIRST = next(iter(harness.notebooks()))
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A stand-in run of the first lesson at `ci`, in a folder `longctx run` claimed."""
+    folder = files.claim(tmp_path / "runs" / FIRST, "run")
+    nb = nbformat.read(harness.notebooks()[FIRST], as_version=4)
+    nb.cells[-1].outputs = [nbformat.v4.new_output("display_data", {"text/html": "<script>alert(1)</script><b>ok</b>"})]
+    nbformat.write(nb, folder / f"{FIRST}.ipynb")
+    results = {"notebook": FIRST, "size": "ci", "finished": "2026-12-05T10:00:00", "seconds": 3.0, "lesson_edited": True,
+               "versions": {"torch": "2.13.0"}}  # fmt: skip
+    (folder / "results.json").write_text(json.dumps(results))
+    return folder / f"{FIRST}.ipynb"
+
+
+def _build(out, runs):
+    return site.build("ci", out, runs=runs, figures=out.parent / "no-figures", progress=False)
+
+
+def test_the_site_is_swapped_in_whole_keeping_what_the_user_added(tmp_path, run):
+    out = _build(tmp_path / "site", {FIRST: run})
+    page = (out / "lessons" / f"{FIRST}.html").read_text()
+    assert "<script>alert(1)</script>" not in page and "<b>ok</b>" in page  # an output's script escaped, its HTML kept
+    assert "differs from the lesson as committed" in page  # the run's record says its lesson was edited
+    (out / "lessons" / "notes.html").write_text("the user's")
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text("another folder's file")
+    (out / "lessons" / f"{FIRST}.html").unlink()
+    (out / "lessons" / f"{FIRST}.html").symlink_to(elsewhere)  # a page of the last build, replaced by a link
+    _build(out, {})
+    assert (out / "lessons" / "notes.html").read_text() == "the user's" and elsewhere.read_text() == "another folder's file"
+    assert "Not executed" in (out / "lessons" / f"{FIRST}.html").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.html", "runs", "site"]  # no temporary beside it
+
+
+def test_the_site_shows_only_runs_longctx_run_wrote_and_refuses_any_other_by_name(tmp_path, run):
+    (run.parent / files.MARKER.format("run")).unlink()  # a folder of the user's, holding what looks like a run
+    with pytest.raises(LongctxError, match=str(run.parent)):
+        _build(tmp_path / "site", {FIRST: run})
+    files.mark_claimed(run.parent, "run")
+    (run.parent / "results.json").write_text(json.dumps({"notebook": FIRST, "size": "cpu"}))  # a run at another size
+    with pytest.raises(LongctxError, match=str(run.parent)):
+        _build(tmp_path / "site", {FIRST: run})
+    assert not (tmp_path / "site").exists()
