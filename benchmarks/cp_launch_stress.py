@@ -1,7 +1,7 @@
 """Launch the context-parallel worker many times in a row and count clean exits (exit code 0).
 
 torch FSDP2 + CP processes on CPUs sometimes abort at interpreter exit ("terminate called without an
-active exception"); longctx.levers.cp_worker leaves through a barrier and os._exit(0). This prints how many of
+active exception"); longctx.run.cp_worker leaves through a barrier and os._exit(0). This prints how many of
 N consecutive launches ended cleanly, with the exit codes of any that did not.
 
 Run: .venv/bin/python benchmarks/cp_launch_stress.py [--launches 30] [--nprocs 2]
@@ -12,7 +12,7 @@ import tempfile
 import time
 
 from longctx import LongctxError
-from longctx.levers import parallel
+from longctx.run import parallel
 
 
 def main() -> None:

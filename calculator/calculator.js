@@ -40,8 +40,9 @@
       const seconds = e.seconds[card];
       $("calc-time").innerHTML =
         `<strong>${seconds.toFixed(seconds < 10 ? 2 : 1)} s per step</strong> on ${gpus} ${card}(s), ` +
-        `${Math.round(length / seconds).toLocaleString("en")} tokens/s (the time model: ` +
-        (card.startsWith("H") ? "efficiencies fitted on Hopper)" : "efficiencies assumed from Hopper on this card)");
+        `${Math.round(length / seconds).toLocaleString("en")} tokens/s (the time model: attention as ` +
+        `${data.attention[card]}; the linear layers' efficiency ` +
+        (card.startsWith("H") ? "fitted on Hopper)" : "assumed from Hopper on this card)");
       $("calc-time").dataset.seconds = seconds;
       const largest = Math.max(...Object.values(e.gib));
       for (const [category, value] of Object.entries(e.gib)) {

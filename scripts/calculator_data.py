@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from longctx import children
-from longctx.memory import cards, explore, timing
+from longctx.memory import cards, costs, explore, kernels, timing
 from longctx.memory.estimate import estimate
 from longctx.memory.plan import ladder, short_label
 from longctx.notebook import versions
@@ -39,6 +39,12 @@ def point(call: tuple) -> dict:
             "seconds": seconds}  # fmt: skip
 
 
+def attention(card: cards.Card) -> str:
+    """What SDPA's attention is priced as on a card: the kernel, its rates and their source (memory/kernels.py)."""
+    r = kernels.rate(costs.SDPA, card.architecture)
+    return f"{r.kernel}, {r.forward:.0%} of peak forward and {r.backward:.0%} backward ({r.source})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -52,6 +58,7 @@ def main() -> None:
         "lengths": explore.LENGTHS,
         "steps": [{"label": short_label(levers), "levers": levers, "gpus": kw.get("cp_size", 1)} for levers, kw in steps],
         "cards": {name: round(cards.capacity(name)[0], 4) for name in cards.CARDS},
+        "attention": {name: attention(card) for name, card in cards.CARDS.items()},  # the kernel each card's time prices
         "reserved_over_allocated": cards.RESERVED_OVER_ALLOCATED,  # the allocator's cache beside a fit (cards.py)
         # estimates[model][step][length index], in the order of `calls`
         "estimates": {m: [[next(results) for _ in explore.LENGTHS] for _ in steps] for m in explore.MODELS},

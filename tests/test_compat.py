@@ -376,3 +376,24 @@ def test_the_cuda_autocast_policy_holds(monkeypatch):
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the block is over: the CPU's own policy is back
         assert torch.nn.functional.layer_norm(x, (8,)).dtype == torch.bfloat16
         assert x.softmax(-1).dtype == torch.bfloat16
+
+
+def test_peft_cannot_move_a_fake_adapter():
+    """peft 0.21.2 on torch 2.13: adding LoRA to a model of fake tensors fails moving the new adapter onto its base
+    layer's device. When the upstream case passes, drop compat.lora_adapters_where_made."""
+    from peft import LoraConfig, inject_adapter_in_model
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForCausalLM
+
+    from longctx import compat, models
+
+    lora = LoraConfig(r=4, target_modules=["q_proj"])
+    with FakeTensorMode():
+        net = AutoModelForCausalLM.from_config(models.config("tiny"), dtype=torch.bfloat16)
+        with pytest.raises(RuntimeError, match="Couldn't swap"):
+            inject_adapter_in_model(lora, net)
+        net = AutoModelForCausalLM.from_config(models.config("tiny"), dtype=torch.bfloat16)
+        with compat.lora_adapters_where_made():
+            inject_adapter_in_model(lora, net)
+    adapters = {p.dtype for name, p in net.named_parameters() if "lora_" in name}
+    assert adapters == {torch.float32}  # made in the default dtype, where peft's autocast keeps them

@@ -446,7 +446,7 @@ def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):
 
 
 def test_the_tiled_mlp_lever_matches_a_real_step_and_takes_the_mlp_off_the_peak():
-    """ALST's TiledMLP (DeepSpeed's function, longctx.tiled_mlp) on a tiny model whose MLP sets the peak: the fake-tensor
+    """ALST's TiledMLP (DeepSpeed's function, longctx.levers.tiled_mlp) on a tiny model whose MLP sets the peak: the fake-tensor
     estimate and the real CPU step agree with and without it, and tiling lowers the peak."""
     from longctx import models
 

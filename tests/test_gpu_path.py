@@ -10,11 +10,11 @@ import torch
 import yaml
 
 from longctx import LongctxError, data, models
-from longctx.levers.cp_worker import deepspeed_config
 from longctx.memory.estimate import DEFAULT_DTYPE, build_step
 from longctx.memory.measure import TimelineTracker, measure, tensor_device
 from longctx.paths import REPO, data_dir
 from longctx.run import harness, needs
+from longctx.run.cp_worker import deepspeed_config
 from longctx.tools import sweep
 
 NOTEBOOKS = list(harness.notebooks())

@@ -279,16 +279,16 @@ def test_figures_claims_its_folder_and_runs_its_notebooks_under_it(tmp_path, mon
 
 
 def test_pretrain_never_replaces_a_model_without_force_and_writes_only_its_own_files(tmp_path, capsys):
-    from longctx.levers import base_model
+    from longctx import pretrain
 
-    committed = base_model.checkpoint_dir()
+    committed = pretrain.checkpoint_dir()
     before = {p.name: p.stat().st_mtime_ns for p in committed.iterdir()}
     assert "--force" in _refused(capsys, ["pretrain", "--steps", "1"])  # the default: the committed data/yarn-base
     assert {p.name: p.stat().st_mtime_ns for p in committed.iterdir()} == before
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    out = base_model.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
+    out = pretrain.pretrain(mine, steps=2, batch=2, seq_len=32, warmup_steps=0, progress=False, force=True)
     assert (out / "notes.txt").read_text() == "keep me" and (out / "manifest.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no staging folder, no lock left beside it
 
@@ -296,17 +296,17 @@ def test_pretrain_never_replaces_a_model_without_force_and_writes_only_its_own_f
 def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
     from safetensors.torch import load_file
 
-    from longctx.levers import base_model
+    from longctx import pretrain
 
     kw = dict(retrieval=1.0, answer_only=True, seq_len=40, steps=2, batch=2, warmup_steps=0, scheduler="constant")
-    out = base_model.pretrain(tmp_path / "r", init=str(base_model.checkpoint_dir()), progress=False, **kw)
-    m = base_model.manifest(out)
+    out = pretrain.pretrain(tmp_path / "r", init=str(pretrain.checkpoint_dir()), progress=False, **kw)
+    m = pretrain.manifest(out)
     # the base's history kept; its longest trained position still the model's trained length
-    assert m["init"] == base_model.manifest() and m["trained_length"] == 128 and m["params"]["rope_theta"] == 100.0
+    assert m["init"] == pretrain.manifest() and m["trained_length"] == 128 and m["params"]["rope_theta"] == 100.0
     assert "--answer-only" in m["command"] and "--init" in m["command"] and "--rope-theta" not in m["command"]
-    before, after = (load_file(p / "model.safetensors") for p in (base_model.checkpoint_dir(), out))
+    before, after = (load_file(p / "model.safetensors") for p in (pretrain.checkpoint_dir(), out))
     assert any(not (before[k] == after[k]).all() for k in before)  # trained on, from the base's weights
-    windows = base_model._with_pass_keys({"input_ids": [list(range(100, 140))] * 2}, 1.0, 40, seed=0, answer_only=True)
+    windows = pretrain._with_pass_keys({"input_ids": [list(range(100, 140))] * 2}, 1.0, 40, seed=0, answer_only=True)
     for ids, labels in zip(windows["input_ids"], windows["labels"]):  # answer-only: the loss on the key's tokens alone
         taught = [t for t in labels if t != -100]
         assert len(taught) == 5 and taught == ids[-6:-1]  # the five digits before the full stop
@@ -315,11 +315,10 @@ def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
 def test_a_model_folder_is_checked_by_transformers_own_loading_report(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from longctx import models
-    from longctx.levers import base_model
+    from longctx import models, pretrain
 
     folder = tmp_path / "model"
-    shutil.copytree(base_model.checkpoint_dir(), folder)
+    shutil.copytree(pretrain.checkpoint_dir(), folder)
     weights = load_file(folder / "model.safetensors")
     name = sorted(weights)[-1]  # a layer's weight
     save_file({k: v for k, v in weights.items() if k != name}, folder / "model.safetensors", metadata={"format": "pt"})

@@ -9,8 +9,9 @@ import longctx
 
 PKG = Path(longctx.__file__).parent
 # floors, lowest first; a module not named here sits in its folder's floor
-FLOORS = ["ground", "core", "data", "memory", "levers", "run", "tools"]
-CORE = {"models", "train", "plots", "offload", "tiled_mlp"}  # what a lesson imports beside the ground floor
+FLOORS = ["ground", "core", "data", "levers", "memory", "run", "tools"]
+CORE = {"models", "train", "plots"}  # what a lesson imports beside the ground floor
+MINIATURES = {"pretrain", "passkey"}  # the lessons' own small models and their probe: beside the levers, not in them
 RUN = {"notebook"}  # a lesson's session: it checks the lesson's parameters with run/'s harness
 
 
@@ -25,7 +26,13 @@ def _floor(module: str) -> int:
         return FLOORS.index("tools")
     if not parts or len(parts) == 1:
         leaf = parts[0] if parts else ""
-        return FLOORS.index("core" if leaf in CORE else "data" if leaf == "data" else "run" if leaf in RUN else "ground")
+        floor = {
+            **dict.fromkeys(CORE, "core"),
+            "data": "data",
+            **dict.fromkeys(MINIATURES, "levers"),
+            **dict.fromkeys(RUN, "run"),
+        }
+        return FLOORS.index(floor.get(leaf, "ground"))
     return FLOORS.index(parts[0])
 
 

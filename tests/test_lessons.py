@@ -31,7 +31,7 @@ CONFIGS = ("SFTConfig", "GRPOConfig", "ParallelismConfig", "LoraConfig", "DeepSp
 def recipe_section(name) -> str:
     """The markdown of a lesson's "In your own script" section, to the next section."""
     text = _markdown(name)
-    match = re.search(r"^#+ .*In your own script.*?(?=^## )", text, re.M | re.S)
+    match = re.search(r"^#+ [^\n]*In your own script[^\n]*\n.*?(?=^## )", text, re.M | re.S)
     assert match, f"{name}: no 'In your own script' section"
     return match.group(0)
 
@@ -113,7 +113,7 @@ def _lever_table(text):
 
 def test_the_readme_cheat_sheet_is_the_table_lesson_06_ends_on():
     readme = _lever_table((REPO / "README.md").read_text())
-    assert len(readme) == 10 and readme == _lever_table(_markdown("06_one_million_tokens"))
+    assert len(readme) == 11 and readme == _lever_table(_markdown("06_one_million_tokens"))
 
 
 TEMPLATE = REPO / "notebooks" / "templates" / "lesson.ipynb"
@@ -146,3 +146,29 @@ def test_the_lesson_template_has_every_section_a_lesson_needs_and_runs(tmp_path,
     written = recipe.written(text.split("In your own script", 1)[1].split("\n## ", 1)[0])
     assert recipe.drift(written["SFTConfig"], results["recipe"]["SFTConfig"]) == []
     assert re.search(r"\bSFTConfig\(", "\n".join(c.source for c in code))
+
+
+def glossary_terms() -> set[str]:
+    """What GLOSSARY.md defines: each entry's heading, split at commas and parentheses, and the terms its text puts in
+    italics (an entry's other names, *gradient checkpointing* under activation checkpointing)."""
+    text = (REPO / "GLOSSARY.md").read_text()
+    names = [n for h in re.findall(r"^### (.+)$", text, re.M) for n in re.split(r"[,()]", h)]
+    names += re.findall(r"(?<![*\w])\*([^*\n]+)\*(?!\*)", text)
+    return {n.strip().strip("`").lower() for n in names if n.strip()}
+
+
+def bold_terms(name) -> set[str]:
+    """A lesson's bold spans that name a term: not a lead-in (which ends in punctuation) nor an exercise's number."""
+    spans = re.findall(r"\*\*(.+?)\*\*", _markdown(name))
+    return {s for s in spans if not re.search(r"[.,:;?!]$", s) and not s[0].isdigit()}
+
+
+@pytest.mark.parametrize("name", harness.notebooks())
+def test_every_term_a_lesson_bolds_is_in_the_glossary(name):
+    defined = glossary_terms()
+
+    def known(term):
+        t = term.strip("`").lower()
+        return t in defined or t.rstrip("s") in defined or f"{t}s" in defined
+
+    assert not [t for t in bold_terms(name) if not known(t)], name

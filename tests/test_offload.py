@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from longctx import LongctxError, data, models, offload, train
+from longctx import LongctxError, data, models, train
+from longctx.levers import offload
 
 
 def _step(model, ids):

@@ -1,7 +1,7 @@
 import pytest
 
 from longctx import LongctxError, models
-from longctx.levers import parallel
+from longctx.run import parallel
 
 
 def _cfg(**changes):
@@ -84,7 +84,7 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
 
     out = tmp_path / "run"
     code = (
-        "from longctx.levers import parallel\n"
+        "from longctx.run import parallel\n"
         f"parallel.launch('cp', 2, model='small', seq_len=65536, out={str(out)!r}, progress=False)\n"
     )
     kernel = subprocess.Popen([sys.executable, "-c", code])  # stands in for the notebook's kernel
@@ -108,7 +108,7 @@ def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
     import time
 
     from longctx import LongctxError
-    from longctx.levers import parallel
+    from longctx.run import parallel
 
     out = tmp_path / "run"
     with pytest.raises(LongctxError, match="exceeded 3 s"):
@@ -121,7 +121,7 @@ def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
 def test_a_stale_deepspeed_build_lock_does_not_stop_a_ulysses_run(tmp_path, monkeypatch):
     """A DeepSpeed op build killed midway leaves torch's lock file in the extensions folder; torch waits on it without
     a limit. The Ulysses run builds nothing on a CPU (compat.deepspeed_without_shm_build), so it finishes."""
-    from longctx.levers import parallel
+    from longctx.run import parallel
 
     if not parallel.deepspeed_available():
         pytest.skip("DeepSpeed is not installed (pip install 'longctx[deepspeed]')")
@@ -175,8 +175,8 @@ def test_the_full_length_cp_config_says_what_the_accelerate_file_says():
     """Lesson 04 prints this config and scripts/context_parallel_8gpu.yaml as two ways to launch the same run."""
     import yaml
 
-    from longctx.levers.cp_worker import sft_call
     from longctx.paths import REPO
+    from longctx.run.cp_worker import sft_call
 
     file = yaml.safe_load((REPO / "scripts" / "context_parallel_8gpu.yaml").read_text())
     n = file["num_processes"]

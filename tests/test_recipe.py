@@ -4,7 +4,7 @@ helpers' own configs build with the installed libraries."""
 
 from longctx import data, models, recipe, train
 from longctx.levers import rope
-from longctx.levers.cp_worker import sft_call as rank_call
+from longctx.run.cp_worker import sft_call as rank_call
 
 CPU = train.on_this_machine("cpu")
 
@@ -120,7 +120,7 @@ def test_the_tiled_mlp_module_lesson_07_prints_runs_on_its_own():
 
     import torch
 
-    from longctx import tiled_mlp
+    from longctx.levers import tiled_mlp
 
     namespace: dict = {}
     exec(compile(inspect.getsource(tiled_mlp), "<tiled_mlp>", "exec"), namespace)  # noqa: S102 - the printed source

@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 import torch
 
-from longctx import LongctxError, curves, data
-from longctx.levers import base_model, yarn
+from longctx import LongctxError, curves, data, pretrain
+from longctx.levers import yarn
 
 
 @pytest.fixture(scope="module")
 def base():
-    return base_model.load_base()
+    return pretrain.load_base()
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def test_per_token_loss_matches_cross_entropy_of_the_logits(base, windows):
     per_window = yarn.window_losses(base, windows, batch=2, progress=False)
     from transformers import AutoModelForCausalLM
 
-    plain = AutoModelForCausalLM.from_pretrained(base_model.checkpoint_dir(), dtype=torch.float32).eval()
+    plain = AutoModelForCausalLM.from_pretrained(pretrain.checkpoint_dir(), dtype=torch.float32).eval()
     with torch.no_grad():
         logits = plain(input_ids=ids).logits[:, :-1].double()
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
@@ -45,24 +45,24 @@ def test_stretches_rise_and_smooth():
 
 
 def test_yarn_model_takes_the_settings(base):
-    trained = base_model.trained_length()
-    model = base_model.load_base(wanted=4 * trained, beta_fast=4)
+    trained = pretrain.trained_length()
+    model = pretrain.load_base(wanted=4 * trained, beta_fast=4)
     params = model.config.rope_parameters
     assert params["rope_type"] == "yarn" and params["factor"] == 4.0 and params["beta_fast"] == 4.0
     assert params["original_max_position_embeddings"] == trained and model.config.max_position_embeddings == 4 * trained
     with pytest.raises(LongctxError, match="does not match the lengths"):
-        base_model.load_base(wanted=4 * trained, factor=8.0)
+        pretrain.load_base(wanted=4 * trained, factor=8.0)
 
 
 def test_pretrain_takes_only_the_base_models_options(tmp_path):
     with pytest.raises(TypeError, match="not stepz"):
-        base_model.pretrain(tmp_path / "new", stepz=1)
+        pretrain.pretrain(tmp_path / "new", stepz=1)
     assert not (tmp_path / "new").exists()
 
 
 def test_missing_base_model_names_the_command(tmp_path):
     with pytest.raises(LongctxError, match="longctx pretrain"):
-        base_model.load_base(tmp_path)
+        pretrain.load_base(tmp_path)
 
 
 def test_text_windows_pick_the_split():

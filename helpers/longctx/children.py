@@ -67,7 +67,7 @@ class Deadline:
 
 
 def _command(proc) -> str:
-    """A process's program, short: `python -m longctx.levers.cp_worker` → `longctx.levers.cp_worker`."""
+    """A process's program, short: `python -m longctx.run.cp_worker` → `longctx.run.cp_worker`."""
     cmd = proc.cmdline() or [proc.name()]
     program = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else Path(cmd[0]).name
     return "the kernel" if program == "ipykernel_launcher" else program

@@ -64,7 +64,7 @@ class FrozenParamsMemTracker(ReleasingMemTracker):
         memory = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
         for param in module.parameters():
             if install_grad_hooks and param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
-                # (a gradient already moved to the host, longctx.host_state, has left: nothing to file)
+                # (a gradient already moved to the host, longctx.levers.host_state, has left: nothing to file)
                 after = param.register_post_accumulate_grad_hook(lambda p: None if p.grad is None else hook(p.grad))
                 self._param_to_grad_hook_handles[param] = (param.register_hook(hook), after)
         return memory
@@ -337,3 +337,24 @@ def cuda_autocast_policy_on_cpu():
         yield
     finally:
         library._destroy()
+
+
+@contextlib.contextmanager
+def lora_adapters_where_made():
+    """peft 0.21.2 moves each new LoRA adapter onto its base layer's device and dtype (`LoraModel._replace_module` and
+    `BaseTunerLayer._move_adapter_to_device_of_base_layer`, both through `Module.to`), which torch 2.13 cannot do to
+    fake tensors: `_apply(): Couldn't swap Linear.weight`. The estimator makes the adapters where they belong (the fake
+    device, in fp32, as peft's `autocast_adapter_dtype` keeps them on a bf16 base), so while they are made the moves are
+    skipped and the new module is only set in its parent's place. Test: test_compat.py::test_peft_cannot_move_a_fake_adapter."""
+    from peft.tuners.lora.model import LoraModel
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    def replace(self, parent, child_name, new_module, child):
+        setattr(parent, child_name, new_module)
+
+    stay = (
+        (BaseTunerLayer, "_move_adapter_to_device_of_base_layer", lambda self, *a, **k: None),
+        (LoraModel, "_replace_module", replace),
+    )
+    with _patched(*stay):
+        yield

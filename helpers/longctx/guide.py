@@ -47,6 +47,15 @@ MLP_FOUR_1M = Figure(76, "... four of them alive at once in one layer's backward
 # Past the guide: ALST (Bekman et al. 2025, arXiv:2506.13996), Llama-3.1-8B with TiledMLP, tiled loss, checkpoint offload
 ALST_ONE_GPU = Figure(500_000, "Llama-3.1-8B on one 80 GB H100: the longest trained sequence (tokens)", source="ALST")
 ALST_ONE_NODE = Figure(3_700_000, "... on one node of 8 H100s, with Ulysses sequence parallelism (tokens)", source="ALST")
+# ALST's measured iteration times (its evaluation table), FlashAttention-2 on H100s: what the time model is held to
+ALST_ONE_GPU_SECONDS = Figure(1010, "Llama-3.1-8B, 500K tokens, one H100, ALST's one-GPU stack: seconds per iteration",
+                              source="ALST")  # fmt: skip
+ALST_SP8_SECONDS = {  # Ulysses over one node of 8 H100s
+    n: Figure(s, f"Llama-3.1-8B, {n / 1e6:.1f}M tokens, Ulysses over 8 H100s: seconds per iteration", source="ALST")
+    for n, s in ((1_100_000, 564), (2_400_000, 2610))
+}
+ALST_BASELINE_SECONDS = Figure(26, "Llama-3.1-8B, 32K tokens, one H100, ZeRO-3 with the optimizer and weights on the host "
+                               "(ALST's baseline): seconds per iteration", source="ALST")  # fmt: skip
 # the guide's step times of Qwen3 at 131k tokens with context parallelism, by the number of GPUs
 CP_STEP_SECONDS_131K = {
     n: Figure(s, f"CP over {n} GPUs, 131k tokens: seconds per step") for n, s in ((2, 34.6), (4, 17.8), (8, 9.5))

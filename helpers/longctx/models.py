@@ -41,6 +41,9 @@ LLAMA_3_2_1B = _shape(16, 2048, 8192, 32, 8, 64, vocab_size=128256, tie_word_emb
 # Llama-3.1-8B's (public config.json), the model of ALST's paper (lesson 07)
 LLAMA_3_1_8B = _shape(32, 4096, 14336, 32, 8, 128, vocab_size=128256, tie_word_embeddings=False, max_position_embeddings=131072)
 
+# the models a recipe names by hub id that no preset stands for, by their public config.json's shapes
+RECIPE_MODELS = {"meta-llama/Llama-3.1-8B": LLAMA_3_1_8B, "meta-llama/Llama-3.2-1B": LLAMA_3_2_1B}
+
 _CPU_PRESETS = {  # name: (description, body, vocabulary, max_position_embeddings)
     "tiny": ("2 layers, hidden 64, corpus vocabulary (4,096): seconds per step on a CPU", _TINY, 4096, 2048),
     "small": ("4 layers, hidden 128, corpus vocabulary (4,096): the CPU lessons' workhorse", _SMALL, 4096, 4096),
@@ -268,11 +271,15 @@ SIZE_KEYS = {"hidden_size", "n_embd", "n_embed", "d_model", "text_config"}
 
 def config(spec: str, **overrides):
     """A transformers config for a preset name, a config.json / model folder, or a hub id."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, Qwen3Config
     from transformers.configuration_utils import PreTrainedConfig
 
     if spec in PRESETS:
-        return Qwen3Config(**{**PRESETS[spec].config, **overrides})
+        try:
+            return Qwen3Config(**{**PRESETS[spec].config, **overrides})
+        except (TypeError, ValueError, StrictDataclassError) as exc:  # transformers' own checks (a strict dataclass)
+            raise LongctxError(f"Cannot build {spec} with {overrides}: {_said(exc, 300)}") from None
     path = user_path(spec, "The model")
     twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
     if not path.exists() and not HUB_ID.match(spec):
@@ -331,6 +338,15 @@ def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
     if bad := next((n for n, w in model.named_parameters() if not (w.is_floating_point() and w.isfinite().all())), None):
         raise LongctxError(f"{spec}'s weight {bad} is quantized, NaN or infinite: give the model's bf16 or fp32 weights.")
     return model
+
+
+def offline_config(hub_id: str):
+    """The config of a model a recipe names by hub id, built here without the network: a Qwen3 preset's, or
+    RECIPE_MODELS'."""
+    from transformers import LlamaConfig
+
+    by_id = {p.hub_id: p.name for p in PRESETS.values() if p.hub_id}
+    return config(by_id[hub_id]) if hub_id in by_id else LlamaConfig(**RECIPE_MODELS[hub_id])
 
 
 def shown(spec: str) -> str:

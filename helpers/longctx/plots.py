@@ -261,7 +261,7 @@ def _legend_beside(ax) -> None:
 # the time model's parts of a step (memory/timing.PARTS), in stacking order
 TIME_COLORS = {
     "linear": "#4C72B0", "attention": "#C44E52", "recomputation": "#DD8452", "other": "#937860",
-    "optimizer": "#55A868", "copies": "#8172B3", "communication": "#DA8BC3",
+    "optimizer": "#55A868", "copies": "#8172B3", "communication": "#DA8BC3", "host": "#8C8C8C", "fixed": "#CCB974",
 }  # fmt: skip
 
 
@@ -281,7 +281,7 @@ def time_breakdown(times: dict[str, dict], ax=None, title: str | None = None):
     ax.invert_yaxis()
     ax.set_xlabel("seconds per step (the time model)")
     ax.set_xlim(0, left.max() * 1.15)
-    ax.legend(fontsize=7, ncols=7, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    ax.legend(fontsize=7, ncols=9, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     if title:
         ax.set_title(title, fontsize=9)
     ax.figure.set_size_inches(ax.figure.get_size_inches()[0], 1.8 + 0.45 * len(labels))
@@ -289,13 +289,15 @@ def time_breakdown(times: dict[str, dict], ax=None, title: str | None = None):
 
 
 @styled
-def retrieval_heatmap(grid: np.ndarray, lengths, depths, trained: int | None = None, ax=None, title=None):
-    """Pass-key accuracy (levers/passkey.heatmap's grid: a row per depth, a column per length) as a heatmap with
-    each cell's share written in it, and a dotted line after the last length inside the trained range."""
+def retrieval_heatmap(grid: np.ndarray, lengths, depths, trained: int | None = None, ax=None, title=None, intervals=None):
+    """Pass-key accuracy (a row per depth, a column per length) as a heatmap with each cell's share written in it,
+    under it its interval (`intervals[i][j]`: low, high) when given, and a dotted line after the last length inside
+    the trained range."""
     ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     ax.grid(False)  # the cells are the grid
     for (i, j), share in np.ndenumerate(grid):
-        ax.text(j, i, f"{share:.2f}", ha="center", va="center", fontsize=7, color="w" if share < 0.6 else "k")
+        text = f"{share:.2f}" + ("\n{:.2f}–{:.2f}".format(*intervals[i][j]) if intervals is not None else "")
+        ax.text(j, i, text, ha="center", va="center", fontsize=6, color="w" if share < 0.6 else "k")
     ax.set_xticks(range(len(lengths)), [f"{n:,}" for n in lengths])
     ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
     ax.set(xlabel="document length (tokens)", ylabel="depth of the pass key", title=title)

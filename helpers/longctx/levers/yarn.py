@@ -7,9 +7,8 @@ import gc
 import numpy as np
 import torch
 
-from longctx import models
+from longctx import models, pretrain
 from longctx.errors import LongctxError
-from longctx.levers import base_model
 from longctx.paths import MINIATURES, miniature
 
 
@@ -44,7 +43,7 @@ def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: s
     from longctx.levers import rope
 
     if spec in MINIATURES:
-        return base_model.load_base(miniature(spec), wanted=wanted, beta_fast=beta_fast)
+        return pretrain.load_base(miniature(spec), wanted=wanted, beta_fast=beta_fast)
     if not trained:
         raise LongctxError(f"{spec}: give its trained length (TRAINED_LENGTH) to place the YaRN rescaling.")
     cfg = models.config(spec)

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from longctx.errors import LongctxError
 from longctx.units import GIB, MIB
 
+# Between nodes, per GPU and direction: one 400 Gb/s link per GPU, NVIDIA DGX H100's eight ConnectX-7 ports ("up to
+# 400 Gb/s InfiniBand/Ethernet", the DGX BasePOD reference architecture), as AWS p5's 3,200 Gb/s EFA per 8 GPUs
+FABRIC_GB_S = 400 / 8
+FABRIC = "400 Gb/s per GPU between nodes (NVIDIA DGX H100: eight ConnectX-7 ports; AWS p5: 3,200 Gb/s EFA per 8 GPUs)"
+
 # nvidia-smi's totals as a cloud provider listed them for its fleet (January 2025)
 _NVIDIA_SMI_TOTALS = "nvidia-smi totals listed in github.com/modal-labs/modal-client/pull/2797"
 
@@ -27,8 +32,11 @@ class Card:
     memory_gb_s: float = 0.0
     host_gb_s: float = 0.0
     gpu_gb_s: float = 0.0
-    architecture: str = ""  # the kernels' efficiencies are per architecture (timing.EFFICIENCY)
+    architecture: str = ""  # the kernels' efficiencies are per architecture (timing.EFFICIENCY, kernels.RATES)
     specs: str = ""
+    # a node: how many GPUs share NVLink, and what each has to another node (per direction)
+    node_gpus: int = 8
+    fabric_gb_s: float = FABRIC_GB_S
 
     @property
     def capacity_gib(self) -> float:

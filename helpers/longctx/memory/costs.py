@@ -1,11 +1,12 @@
 """What each operator of a traced step asks of the hardware, counted as the tracker records it (one row per operator,
-beside its memory row): the FLOPs of its matrix products by kind (a linear layer's, or attention's, a causal mask
-counting half, as the kernels skip the masked blocks), the bytes an elementwise operator reads and writes, the bytes it
-copies between device and host (activation offload), and the bytes a collective moves over this rank's link (FSDP's
-weight all-gathers and gradient reduce-scatters, context parallelism's key/value exchange). FLOPs follow torch's own
-formulas (`torch.utils.flop_counter`: a matrix product of m×k by k×n is 2mkn); elementwise arithmetic is not counted
-as FLOPs, as torch's FlopCounterMode counts none: such operators are timed by their bytes (memory/timing.py).
-Stand-ins that compute nothing (FlashAttention and TRL's fp32 head products on the GPU path) charge their FLOPs here."""
+beside its memory row): the FLOPs of its matrix products by kind (a linear layer's, or attention's, forward or
+backward and by kernel, a causal mask counting half, as the kernels skip the masked blocks), the bytes an elementwise
+operator reads and writes, the bytes it copies between device and host (activation offload), and the bytes a
+collective moves over this rank's link (FSDP's weight all-gathers and gradient reduce-scatters, context parallelism's
+key/value exchange). FLOPs follow torch's own formulas (`torch.utils.flop_counter`: a matrix product of m×k by k×n is
+2mkn); elementwise arithmetic is not counted as FLOPs, as torch's FlopCounterMode counts none: such operators are
+timed by their bytes (memory/timing.py). Stand-ins that compute nothing (FlashAttention and TRL's fp32 head products
+on the GPU path) charge their FLOPs here."""
 
 import contextlib
 import functools
@@ -15,15 +16,18 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 # host_memory_bytes: what an operator on host tensors reads and writes (an offloaded optimizer's step, run by the
-# host's CPU: not priced on the card)
+# host's CPU: memory/timing.py prices it at CPU Adam's throughput instead)
 COLUMNS = ("linear_flops", "attention_flops", "memory_bytes", "host_bytes", "comm_bytes", "comm", "recompute")
-COLUMNS += ("host_memory_bytes",)
+COLUMNS += ("host_memory_bytes", "attention_backward_flops", "kernel")
 HOST = "meta"  # the estimate's host memory: on fake tensors a fake 'cuda' cannot run backward on a CPU build
 COL = {name: i for i, name in enumerate(COLUMNS)}
 # the `comm` column: what a collective is and how it overlaps (timing.py's rule)
-CP_GATHER, CP_RING, WAIT, FSDP_GATHER, FSDP_REDUCE, OTHER_COLLECTIVE = 1, 2, 3, 4, 5, 6
+CP_GATHER, CP_RING, WAIT, FSDP_GATHER, FSDP_REDUCE, OTHER_COLLECTIVE, ALL_TO_ALL = 1, 2, 3, 4, 5, 6, 7
 COMM_NAMES = {CP_GATHER: "cp all-gather", CP_RING: "cp ring", FSDP_GATHER: "fsdp all-gather", FSDP_REDUCE: "fsdp reduce-scatter"}
-COMM_NAMES[OTHER_COLLECTIVE] = "other collective"
+COMM_NAMES |= {OTHER_COLLECTIVE: "other collective", ALL_TO_ALL: "ulysses all-to-all"}
+# the `kernel` column: which attention kernel ran an attention row (memory/kernels.py prices each): whatever SDPA picks
+# on the card, SDPA's memory-efficient backend (taken with a mask), the flash-attn package, eager's batched products
+SDPA, SDPA_EFFICIENT, FLASH_ATTN, EAGER = 1, 2, 3, 4
 
 _aten = torch.ops.aten
 ATTENTION_OPS = {
@@ -46,13 +50,17 @@ _CPU_FLASH = {
 }
 _BATCHED = {_aten.bmm, _aten.baddbmm}  # eager attention's scores and weighted values (under an attention module)
 _FREE = ("empty", "empty_like", "new_empty", "empty_strided", "detach", "alias", "lift_fresh", "device")  # no data moved
-_state = {"pending": [0, 0], "times": 1}  # charges for the next operator; how often the current one counts
+_state = {"pending": [0, 0, 0], "kernel": 0, "all_to_all": 0, "times": 1}  # charges for the next operator; how often
+# the current one counts
 
 
-def charge(linear: int = 0, attention: int = 0) -> None:
-    """FLOPs of a kernel a stand-in only allocates for: added to the next operator the tracker records."""
+def charge(linear: int = 0, attention: int = 0, *, backward: bool = False, kernel: int = 0, all_to_all: int = 0) -> None:
+    """What a stand-in only allocates for, added to the next operator the tracker records: FLOPs (attention's by
+    `kernel`, forward or `backward`), or the bytes an all-to-all brings this rank (Ulysses')."""
     _state["pending"][0] += linear
-    _state["pending"][1] += attention
+    _state["pending"][2 if backward else 1] += attention
+    _state["kernel"] = kernel or _state["kernel"]
+    _state["all_to_all"] += all_to_all
 
 
 def causal_attention_flops(q_shape, k_shape, *, backward: bool, causal: bool = True) -> int:
@@ -79,7 +87,7 @@ def repeated(times: int):
 
 
 def reset() -> None:
-    _state.update(pending=[0, 0], times=1)
+    _state.update(pending=[0, 0, 0], kernel=0, all_to_all=0, times=1)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -138,10 +146,16 @@ def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list
     elif kind == "attention":
         packet = func._overloadpacket
         flops = _CPU_FLASH[packet](args) if packet in _CPU_FLASH else flop_registry[packet](*args, **kwargs, out_val=out)
-        row[COL["attention_flops"]] = flops // 2 if _arg(func, args, kwargs, "is_causal", False) else flops
+        flops = flops // 2 if _arg(func, args, kwargs, "is_causal", False) else flops
+        row[COL["attention_backward_flops" if name.endswith("_backward") else "attention_flops"]] = flops
+        # the efficient kernel is what SDPA takes with a mask; the ring's CPU kernel stands for SDPA's own choice
+        row[COL["kernel"]] = SDPA_EFFICIENT if "efficient" in name else SDPA
     elif kind in ("product", "batched"):
         flops = flop_registry[func._overloadpacket](*args, **kwargs, out_val=out)
-        row[COL["attention_flops" if kind == "batched" and attention_module() else "linear_flops"]] = flops
+        if kind == "batched" and attention_module():  # eager attention's scores and weighted values
+            row[COL["attention_flops"]], row[COL["kernel"]] = flops, EAGER
+        else:
+            row[COL["linear_flops"]] = flops
     elif kind == "copy" and outs and len({t.device for t in ins + outs}) > 1:
         row[COL["host_bytes"]] = _nbytes(outs[0])  # offload's copy out to the host, or back (a weight fetched)
     elif kind in ("memory", "copy"):
@@ -152,10 +166,17 @@ def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list
             sum(map(_nbytes, ins)) + sum(map(_nbytes, outs)) + sum(_nbytes(t) for t in mutated if id(t) not in returned)
         )
     pending, times = _state["pending"], _state["times"]
-    if pending[0] or pending[1] or times != 1:
-        row[0], row[1] = (row[0] + pending[0]) * times, (row[1] + pending[1]) * times
-        row[2:5] = [v * times for v in row[2:5]]
-        _state["pending"] = [0, 0]
+    if any(pending) or times != 1:
+        for col, extra in zip(("linear_flops", "attention_flops", "attention_backward_flops"), pending):
+            row[COL[col]] = (row[COL[col]] + extra) * times
+        for col in ("memory_bytes", "host_bytes", "comm_bytes"):
+            row[COL[col]] *= times
+        if any(pending[1:]):
+            row[COL["kernel"]] = _state["kernel"]
+        _state.update(pending=[0, 0, 0], kernel=0)
+    if _state["all_to_all"]:
+        row[COL["comm"]], row[COL["comm_bytes"]] = ALL_TO_ALL, _state["all_to_all"] * times
+        _state["all_to_all"] = 0
     return row
 
 
@@ -177,7 +198,9 @@ def _collective(row, func, name, args, kwargs, ins, outs, *, functional: bool) -
     elif name == "all_to_all_single":
         splits = _arg(func, args, kwargs, "input_split_sizes")
         own = splits[0] / max(sum(splits), 1) if splits else 0.0  # the trace is rank 0's
-        kind, moved = CP_RING, int(size_in * (1 - own))
+        # the ring's functional rotation, or Ulysses' c10d exchange before and after attention (DeepSpeed's
+        # _DimZeroAllToAll), which the next operator waits for
+        kind, moved = (CP_RING if functional else ALL_TO_ALL), int(size_in * (1 - own))
     else:  # all_reduce and the rest: an upper bound
         kind, moved = OTHER_COLLECTIVE, 2 * size_in
     row[COL["comm"]], row[COL["comm_bytes"]] = kind, max(moved, 0)

@@ -31,6 +31,7 @@ DEVICES = ("cuda", "cpu")  # whose kernels the step runs: the GPU's (emulated, c
 # "fused"; `optim="adamw_torch"` lets torch pick, which is "foreach" on CUDA tensors and "for-loop" on CPU ones.
 OPTIMIZERS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}
 ATTENTIONS = ("sdpa", "flash_attention_2", "eager")  # transformers' attn_implementation values modelled here
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")  # estimate(lora=r): the adapters lesson 00's recipe puts on
 # how CP ranks exchange keys and values: accelerate's `cp_comm_strategy` (TorchContextParallelConfig; "allgather" its
 # default), which it hands to torch's set_rotate_method: one all-gather per attention call, or "alltoall", a ring of sends
 CP_COMMS = ("allgather", "alltoall")
@@ -61,7 +62,7 @@ def check_levers(
     cfg, seq_len, *, loss: str, checkpointing: bool, offload: bool, dtype: str, batch: int, device: str = "cpu",
     optim: str = "fused", attn_implementation: str = "sdpa", cp_size: int = 1, mixed_precision: bool = False,
     fake: bool = True, tiled_mlp: bool = False, cp_comm: str = "allgather", offload_optimizer: bool = False,
-    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1,
+    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1, lora: int = 0,
 ) -> None:  # fmt: skip
     """Refuse, before anything is built, a model or a combination of levers the estimate cannot stand for."""
     check_model(cfg)
@@ -92,7 +93,7 @@ def check_levers(
         (cp_size & (cp_size - 1), f"cp_size={cp_size}: longctx models context parallelism over a power of two of GPUs "
          "(1, 2, 4, 8, ...), the meshes the guide and accelerate's examples use; pick one of those."),
         (cp_size > 1 and not fake, "A context-parallel step is estimated on fake tensors only (fake=True); real CP runs "
-         "go through longctx.levers.parallel.launch."),
+         "go through longctx.run.parallel.launch."),
         (cp_size > 1 and attn_implementation != "sdpa", "torch's context_parallel splits the sequence by routing "
          "scaled_dot_product_attention through its ring: a context-parallel step needs attn_implementation='sdpa'."),
         (cp_size > 1 and _attention_dropout(cfg), f"This config's attention_dropout is {_attention_dropout(cfg)}: torch's "
@@ -101,8 +102,8 @@ def check_levers(
          "attention_dropout to 0 in the config (long-context fine-tuning runs without it), or drop --cp-size."),
         (cp_comm != "allgather" and cp_size == 1, f"cp_comm={cp_comm!r} is how context-parallel ranks exchange keys and "
          "values: it needs cp_size > 1 (--cp-size)."),
-        (mixed_precision and (cp_size == 1 or dtype != "bf16"), "mixed_precision (fp32 master weights, bf16 compute) is "
-         "modelled with FSDP2: use it with cp_size > 1 and dtype='bf16'."),
+        (mixed_precision and (cp_size * sp_size == 1 or dtype != "bf16"), "mixed_precision (fp32 master weights, bf16 "
+         "compute) is modelled with FSDP2: use it with cp_size or sp_size > 1 and dtype='bf16'."),
         (not fake and device != "cpu", "A real step here runs the CPU's kernels: pass device='cpu' with fake=False, or "
          "estimate the GPU's step on fake tensors (fake=True)."),
         ((offload or offload_optimizer) and not fake, "A real CPU step has no separate host memory to offload to; "
@@ -111,8 +112,8 @@ def check_levers(
          "optimizer offloaded too: add offload_optimizer=True (--offload-optimizer)."),
         (offload_params and not checkpointing, "Parameter offload fetches a layer's weights again for its recomputation "
          "in backward: it needs gradient checkpointing on (drop --no-checkpointing)."),
-        (offload_optimizer and cp_size * sp_size > 1, "Optimizer offload is modelled on one GPU (ALST's one-GPU "
-         "recipe); over several GPUs FSDP2 (ZeRO-3's stand-in) already shards the state: drop one of the two."),
+        (lora and (cp_size * sp_size > 1 or offload_optimizer or tiled_mlp), "LoRA is modelled on one GPU with the guide's "
+         "levers (checkpointing, offload, the chunked loss): drop the other levers, or estimate the full fine-tune."),
     )  # fmt: skip
     broken = next((message for failed, message in rules if failed), None)
     if broken:
@@ -151,7 +152,7 @@ def build_step(
     cfg, seq_len: int, *, loss: str = "chunked", checkpointing: bool = True, offload: bool = False, batch: int = 1,
     lr: float = 1e-5, seed: int = 0, mesh=None, mixed_precision: bool = False, optim: str = "fused",
     attn_implementation: str = "sdpa", tiled_mlp: bool = False, cp_comm: str = "allgather", offload_optimizer: bool = False,
-    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1, autocast: bool = False,
+    offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1, autocast: bool = False, lora: int = 0,
 ):  # fmt: skip
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
     the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
@@ -194,6 +195,14 @@ def build_step(
             f"transformers cannot build a {getattr(cfg, 'model_type', '?')} model from this config: "
             f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}. Fix config.json."
         ) from None
+    if lora:  # peft's LoRA on the attention projections, the base frozen; peft keeps the adapters in fp32
+        from peft import LoraConfig, inject_adapter_in_model
+
+        with _default_dtype(torch.float32), compat.lora_adapters_where_made():
+            inject_adapter_in_model(LoraConfig(r=lora, lora_alpha=2 * lora, target_modules=list(LORA_TARGETS)), net)
+        for name, p in net.named_parameters():
+            p.requires_grad_("lora_" in name)
+        net.enable_input_require_grads()  # as transformers' Trainer does for a model with frozen embeddings
     if checkpointing:
         if not net.supports_gradient_checkpointing:
             raise LongctxError(
@@ -201,19 +210,19 @@ def build_step(
                 "estimate without it (checkpointing=False, --no-checkpointing)."
             )
         if offload:  # transformers' save_on_cpu-around-checkpoint, with `meta` as the host
-            from longctx.offload import install
+            from longctx.levers.offload import install
 
             install(net, lambda t: (t.device, t.to(HOST)), lambda packed: packed[1].to(packed[0]))
         else:
             net.activation_checkpointing_enable()
-    if tiled_mlp:  # ALST's tiled MLP, DeepSpeed's autograd function (longctx.tiled_mlp), for a dense MLP per layer
+    if tiled_mlp:  # ALST's tiled MLP, DeepSpeed's autograd function (longctx.levers.tiled_mlp), for a dense MLP per layer
         if not all(hasattr(layer, "mlp") and not hasattr(layer.mlp, "experts") for layer in _decoder_layers(net)):
             raise LongctxError(f"the tiled MLP tiles one dense MLP per layer; {type(net).__name__} has none: drop --tiled-mlp.")
-        from longctx.tiled_mlp import tile_mlp
+        from longctx.levers.tiled_mlp import tile_mlp
 
         tile_mlp(net)
-    if fused_norm:  # Liger's RMSNorm kernel, as its memory is (longctx.fused_norm)
-        from longctx.fused_norm import fuse_norms
+    if fused_norm:  # Liger's RMSNorm kernel, as its memory is (longctx.levers.fused_norm)
+        from longctx.levers.fused_norm import fuse_norms
 
         if not fuse_norms(net):
             raise LongctxError(f"{type(net).__name__} has no Llama-style RMSNorm for a fused norm to replace: drop --fused-norm.")
@@ -237,12 +246,13 @@ def build_step(
         fully_shard(net, mesh=mesh, mp_policy=policy)
     net.train()
     if offload_optimizer:  # DeepSpeed's ZeRO offload: the state (and the layers' weights) on the host, the step there
-        from longctx.host_state import HostState
+        from longctx.levers.host_state import HostState
 
         optimizer = HostState(net, HOST, params=offload_params, lr=lr)
         trained = optimizer.masters
     else:
-        optimizer, trained = torch.optim.AdamW(net.parameters(), lr=lr, **OPTIMIZERS[optim]), list(net.parameters())
+        trained = [p for p in net.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trained, lr=lr, **OPTIMIZERS[optim])
     for p in trained:  # one warm-up step creates AdamW's state, as before every later step
         p.grad = torch.zeros_like(p)
     optimizer.step()
@@ -333,6 +343,7 @@ def estimate(
     sp_size: int = 1,
     exact: bool = False,
     autocast: bool | None = None,
+    lora: int = 0,
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
     sequences of `seq_len` tokens, on fake tensors; `fake=False` runs the same step for real on the CPU (small models:
@@ -352,6 +363,7 @@ def estimate(
     levers = dict(loss=loss, checkpointing=checkpointing, offload=offload, batch=batch, mixed_precision=mixed_precision)
     levers.update(optim=optim, attn_implementation=attn_implementation, tiled_mlp=tiled_mlp, cp_comm=cp_comm)
     levers.update(offload_optimizer=offload_optimizer, offload_params=offload_params, fused_norm=fused_norm, sp_size=sp_size)
+    levers.update(lora=lora)
     check_levers(cfg, seq_len, dtype=dtype, device=device, cp_size=cp_size, fake=fake, **levers)
     ranks = cp_size * sp_size
     layer_input = batch * (seq_len // ranks) * cfg.hidden_size * DTYPES[dtype].itemsize

@@ -26,11 +26,12 @@ class FlashAttention(torch.autograd.Function):
     with grouped K/V heads `dk_expanded`/`dv_expanded` at the query's head count."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=True):
+    def forward(ctx, q, k, v, causal=True, kernel=costs.SDPA):
         if not all(isinstance(t, FakeTensor) for t in (q, k, v)):
             raise LongctxError("The GPU kernel stand-ins allocate without computing: they run under FakeTensorMode only.")
-        ctx.causal = causal
-        costs.charge(attention=costs.causal_attention_flops(q.shape, k.shape, backward=False, causal=causal))
+        ctx.causal, ctx.kernel = causal, kernel
+        flops = costs.causal_attention_flops(q.shape, k.shape, backward=False, causal=causal)
+        costs.charge(attention=flops, kernel=kernel)
         b, h, s, d = q.shape
         # the value's head size sets the output's (MLA: DeepSeek-V2's values are 128 wide, its queries 192); SDPA's
         # layout without a copy to make it contiguous
@@ -41,7 +42,8 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, _out, _lse = ctx.saved_tensors
-        costs.charge(attention=costs.causal_attention_flops(q.shape, k.shape, backward=True, causal=ctx.causal))
+        flops = costs.causal_attention_flops(q.shape, k.shape, backward=True, causal=ctx.causal)
+        costs.charge(attention=flops, backward=True, kernel=ctx.kernel)
         b, h, s, d = q.shape
         rows, width = _round_up(s, 128), _round_up(d, 32) if d <= 192 else 256
         scratch = [q.new_empty((b, h, rows), dtype=torch.float32), q.new_empty((b, rows, h, width), dtype=torch.float32)]
@@ -49,7 +51,7 @@ class FlashAttention(torch.autograd.Function):
             scratch += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, v.shape[3]))]
         grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
         del scratch  # freed when the kernel returns, after the gradients exist
-        return (*grads, None)
+        return (*grads, None, None)
 
 
 flash_attention = FlashAttention.apply  # the FlashAttention-2 stand-in, in and out in SDPA's (batch, heads, seq, head_dim)
@@ -85,7 +87,7 @@ def flash_attention_2(module, query, key, value, attention_mask, **kwargs):
     (the allocations above; dropout, scaling, a sliding window or a softcap change what it computes, not what it
     allocates), in transformers' flash layout (batch, seq, heads, head_dim)."""
     causal = kwargs.get("is_causal", getattr(module, "is_causal", True))  # transformers' decoder attention is causal
-    return flash_attention(query, key, value, causal).transpose(1, 2), None
+    return flash_attention(query, key, value, causal, costs.FLASH_ATTN).transpose(1, 2), None
 
 
 class TritonLaunch:

@@ -40,10 +40,21 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa
 
 
 def _estimate(args):
-    model, seq_len, kwargs, card = args
+    """One step's peak and time; where SDPA runs on one GPU, also its time with FlashAttention-2's kernel (SDPA's flash
+    backend, or the flash-attn package: the same kernel, the same FLOPs), the other choice a script has there."""
+    model, seq_len, kwargs, card, sdpa = args
     profile = estimate(model, seq_len, **kwargs)
-    time = timing.step_time(profile, card)
-    return profile.peak_gib, profile.meta["wall_seconds"], time["seconds"], time["tokens_per_second"]
+    time = timing.step_time(profile, card, sdpa=sdpa)
+    sdpa_alone = kwargs.get("attn_implementation", "sdpa") == "sdpa" and kwargs.get("cp_size", 1) == 1
+    flash = timing.step_time(profile, card, sdpa="flash")["seconds"] if sdpa_alone else None
+    return (
+        profile.peak_gib,
+        profile.meta["wall_seconds"],
+        time["seconds"],
+        time["tokens_per_second"],
+        flash,
+        timing.kernel_names(time),
+    )
 
 
 def ladder(
@@ -84,13 +95,14 @@ def plan(
     exact: bool = False,
     workers: int = 2,
     progress: bool = True,
+    sdpa_backend: str | None = None,
 ) -> dict:
     """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
     `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
     applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
     `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only: a step switches first).
-    Times are priced on the card `gpu_memory_gib` names (a number of GiB: on cards.DEFAULT); `fastest` is the
-    fitting step of the shortest time."""
+    Times are priced on the card `gpu_memory_gib` names (a number of GiB: on cards.DEFAULT), SDPA's attention as
+    `sdpa_backend` (default: the card's, memory/kernels.py); `fastest` is the fitting step of the shortest time."""
     gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation, mixed_precision)
     card = cards.card(gpu_memory_gib).name if cards.card(gpu_memory_gib) else cards.DEFAULT
     steps = ladder(
@@ -103,12 +115,14 @@ def plan(
     bar = tqdm(total=len(steps), desc="plan: estimates", disable=not progress)
     # the longest estimates (the most CP ranks) first, so that no worker is left alone with one at the end
     order = sorted(range(len(steps)), key=lambda i: -steps[i][1].get("cp_size", 1))
-    done = children.pool_map(_estimate, [(model, seq_len, steps[i][1], card) for i in order], workers, bar, start=start)
+    done = children.pool_map(
+        _estimate, [(model, seq_len, steps[i][1], card, sdpa_backend) for i in order], workers, bar, start=start
+    )
     results = [done[order.index(i)] for i in range(len(steps))]
     rows = [
         {"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gib, "estimate_seconds": secs, "gpus": kw.get("cp_size", 1),
-         "step_seconds": step, "tokens_per_second": rate}
-        for (levers, kw), (peak, secs, step, rate) in zip(steps, results)
+         "step_seconds": step, "tokens_per_second": rate, "flash_attention_2_seconds": flash, "attention": kernel}
+        for (levers, kw), (peak, secs, step, rate, flash, kernel) in zip(steps, results)
     ]  # fmt: skip
     fitting = [r for r in rows if r["fits"]]
     return {
@@ -133,10 +147,14 @@ def table(result: dict) -> str:
     gpus, gib, cheapest = result["gpus"], result["gpu_memory_gib"], result["cheapest"]
     lines = [f"{result['model']} at {result['seq_len']:,} tokens, up to {gpus} GPU(s) of {gib:g} GiB "
              f"(times on {result.get('time_card', cards.DEFAULT)}):"]  # fmt: skip
+    kernels_seen = dict.fromkeys(step.get("attention") for step in result["steps"] if step.get("attention"))
     for step in result["steps"]:
         verdict = "fits" if step["fits"] else "over"
         time = f"{step['step_seconds']:9.1f} s/step" if "step_seconds" in step else ""
+        if step.get("flash_attention_2_seconds") and step["flash_attention_2_seconds"] != step["step_seconds"]:
+            time += f" (FlashAttention-2: {step['flash_attention_2_seconds']:.1f} s)"
         lines.append(f"  {step['per_gpu_peak_gib']:9.1f} GiB per GPU  {verdict:4s} {time}  {' + '.join(step['levers'])}")
+    lines += [f"  attention priced as {kernel}" for kernel in kernels_seen]
     lines.append(
         f"cheapest that fits: {' + '.join(cheapest['levers'])} ({cheapest['per_gpu_peak_gib']:.1f} GiB per GPU)"
         if cheapest
@@ -153,7 +171,7 @@ def table(result: dict) -> str:
             )
         ]
     if result.get("host_state"):
-        lines.append("  the steps with the optimizer on the host leave out its step there (DeepSpeed's CPU Adam): not priced")
+        lines.append(f"  the optimizer's step on the host priced at {timing.HOST_ADAM_SOURCE}")
     if result.get("capacity"):
         lines.append(f"capacity: {result['capacity']}")
     return "\n".join(lines + [f"  not counted: {term}" for term in result.get("not_counted", [])])
@@ -167,6 +185,6 @@ def naive_saved_inputs_gib(cfg, seq_len: int, dtype_bytes: int = 2) -> float:
 def short_label(levers: list[str]) -> str:
     """'chunked loss + checkpointing + offload + context parallel ×8' → '+CP×8' (the lever a step adds)."""
     last = levers[-1]
-    short = {"plain loss": "naive", "chunked loss": "chunked", "checkpointing": "+ckpt", "offload": "+offload"}
+    short = {"plain loss": "no levers", "chunked loss": "chunked", "checkpointing": "+ckpt", "offload": "+offload"}
     short["tiled MLP"] = "+tiled"
     return short.get(last, "+CP" + last.split()[-1] if last.startswith("context parallel") else last)

@@ -11,7 +11,7 @@ from longctx.units import CATEGORIES, GIB
 META_KEYS = {
     "estimate": (
         "model seq_len batch loss checkpointing offload dtype cp_size tokens_per_rank mixed_precision device optim "
-        "attn_implementation tiled_mlp cp_comm offload_optimizer offload_params fused_norm sp_size layers params fixed_gib "
+        "attn_implementation tiled_mlp cp_comm offload_optimizer offload_params fused_norm sp_size lora layers params fixed_gib "
         "per_layer_saved_gib saved_layer_tensors hidden_sized_tensors sliding_window attention_mask_gib autocast device_peak_gib "
         "method wall_seconds"
     ).split(),

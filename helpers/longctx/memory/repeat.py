@@ -145,7 +145,7 @@ def repeat_tiles(net, tracker) -> None:
 
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP
 
-    from longctx.tiled_mlp import default_shards
+    from longctx.levers.tiled_mlp import default_shards
 
     def forward(mlp, x):
         shards = default_shards(x.shape[-2], x.shape[-1])

@@ -4,23 +4,29 @@ for 1/sp of the heads (KV heads replicated when there are fewer than ranks, as D
 all-to-all gives the output back. On fake tensors an all-to-all is its output buffer, a new tensor in the other layout,
 in forward and in backward alike; the attention kernel between them runs on the whole sequence. Left out: the
 contiguous copies DeepSpeed makes around each all-to-all (`rearrange(...).contiguous()`), the keys' and values' copy
-when it repeats KV heads for more ranks than heads, the all-gather of the position ids, and the collectives' time
-(memory/timing.py prices FSDP's and CP's, not these)."""
+when it repeats KV heads for more ranks than heads, and the all-gather of the position ids. Each all-to-all charges
+the bytes it brings this rank, (sp - 1) / sp of its output, for the time model."""
 
 import torch
+
+from longctx.memory import costs
 
 NAME = "longctx_ulysses"
 
 
 class _AllToAll(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, shape):
-        ctx.shape = x.shape
-        return x.new_empty(shape)
+    def forward(ctx, x, shape, sp):
+        ctx.shape, ctx.sp = x.shape, sp
+        out = x.new_empty(shape)
+        costs.charge(all_to_all=out.numel() * out.element_size() * (sp - 1) // sp)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        return grad.new_empty(ctx.shape), None
+        back = grad.new_empty(ctx.shape)
+        costs.charge(all_to_all=back.numel() * back.element_size() * (ctx.sp - 1) // ctx.sp)
+        return back, None, None
 
 
 def register(sp: int, base: str) -> str:
@@ -35,11 +41,11 @@ def register(sp: int, base: str) -> str:
         batch, _, tokens, _ = query.shape  # (batch, heads, this rank's tokens, head_dim)
 
         def whole(t):  # this rank's heads over the whole sequence
-            return _AllToAll.apply(t, (batch, max(t.shape[1] // sp, 1), tokens * sp, t.shape[3]))
+            return _AllToAll.apply(t, (batch, max(t.shape[1] // sp, 1), tokens * sp, t.shape[3]), sp)
 
         out, _ = inner(module, whole(query), whole(key), whole(value), None, **{**kwargs, "is_causal": True})
         # (batch, whole sequence, heads / sp, head_dim) → (batch, this rank's tokens, heads, head_dim)
-        return _AllToAll.apply(out, (batch, tokens, out.shape[2] * sp, out.shape[3])), None
+        return _AllToAll.apply(out, (batch, tokens, out.shape[2] * sp, out.shape[3]), sp), None
 
     AttentionInterface.register(NAME, attention)
     AttentionMaskInterface.register(NAME, flash_attention_mask)  # the whole sequence is causal: no mask is built

@@ -23,9 +23,9 @@ from filelock import FileLock, Timeout
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
-from longctx.levers.base_model import manifest
 from longctx.models import PRESETS, check_spec
 from longctx.paths import CORPUS, MINIATURES, REPO, build_dir, data_dir, miniature, notebooks_dir, user_path
+from longctx.pretrain import manifest
 from longctx.run import needs, schema
 
 SIZES = needs.SIZES
@@ -137,6 +137,8 @@ def parse_value(raw: str):
     """One value as `-p` reads it (parse_overrides)."""
     from papermill.cli import _resolve_type
 
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":  # quoted: text, whatever it holds (-p 'SEED="7"')
+        return raw[1:-1]
     if raw.startswith("["):
         try:
             return yaml.safe_load(raw)

@@ -15,11 +15,10 @@ from functools import partial
 
 import psutil
 
-from longctx import children, versions
+from longctx import children, pretrain, versions
 from longctx.errors import LongctxError
 from longctx.lengths import parse_length
-from longctx.levers import base_model
-from longctx.memory import cards, timing
+from longctx.memory import cards, kernels, timing
 from longctx.memory import estimate as est
 from longctx.models import DTYPE_NAMES, HUB_ID, PRESETS
 from longctx.paths import data_dir, notebooks_dir, user_path
@@ -74,8 +73,8 @@ def _cmd_figures(args) -> None:
 
 
 def _cmd_pretrain(args) -> None:
-    kwargs = {k: getattr(args, k) for k in base_model.BASE if getattr(args, k) is not None}
-    out = base_model.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
+    kwargs = {k: getattr(args, k) for k in pretrain.BASE if getattr(args, k) is not None}
+    out = pretrain.pretrain(args.out, progress=not args.quiet, force=args.force, **kwargs)
     print(f"base model → {out} (manifest.json holds its parameters, losses and this command)")
 
 
@@ -149,7 +148,7 @@ def _cmd_estimate(args) -> None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size * args.sp_size)
     named = args.gpu if args.gpu is not None and cards.card(args.gpu) else None  # a number of GiB has no speeds
     if args.device == "cuda":  # the GPU's step, priced on the card named (else the guide's)
-        summary["time"] = timing.step_time(profile, named or cards.DEFAULT)
+        summary["time"] = timing.step_time(profile, named or cards.DEFAULT, sdpa=args.sdpa_backend)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
@@ -177,7 +176,7 @@ def _cmd_estimate(args) -> None:
     if args.gpu is not None:
         print(f"{args.gpu}: {summary['fit']}")
     if "time" in summary:
-        print(f"time: {timing.describe(summary['time'])} (--json gives the FLOPs, bytes and fitted efficiencies)")
+        print(f"time: {timing.describe(summary['time'])} (--json gives the FLOPs, bytes, rates and their sources)")
     else:
         print("time: not priced for the CPU's step (--device cpu); the GPU's step is (--device cuda).")
 
@@ -186,7 +185,7 @@ def _cmd_plan(args) -> None:
     from longctx.memory.plan import plan, table
 
     gib, how = cards.capacity(args.gpu)
-    kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp", "host_state")}
+    kwargs = {k: getattr(args, k) for k in ("gpus", "mixed_precision", "tiled_mlp", "host_state", "sdpa_backend")}
     kwargs["attn_implementation"] = args.attn
     with contextlib.redirect_stdout(sys.stderr), children.time_limit(60 * args.timeout, "The plan"):  # stdout: the plan
         gpu = args.gpu if cards.card(args.gpu) else gib  # a card's name prices the times on that card
@@ -227,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     mixed = _flag("--mixed-precision", action="store_true", help="CP steps keep fp32 master weights (FSDP2; needs --cp-size > 1)")
     attn = _flag("--attn", default="sdpa", choices=est.ATTENTIONS, help="transformers' attn_implementation")
     attn.add_argument("--tiled-mlp", action="store_true", help="ALST's TiledMLP on every layer (plan: a step after offload)")
+    attn.add_argument(
+        "--sdpa-backend", default=None, choices=kernels.SDPA_BACKENDS,
+        help="the kernel SDPA runs, for the time (default: the card's; cuDNN on Hopper, which torch >= 2.9 prefers "
+        "with cuDNN > 9.15; flash: FlashAttention-2, as with an older cuDNN or TORCH_CUDNN_SDPA_DEPRIORITIZED=1)",
+    )  # fmt: skip
 
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="with an error, also print where it was raised")
@@ -257,14 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     what = "regenerate every guide figure into one folder, with an index page"
     command("figures", _cmd_figures, what, size, out, force, quiet, timeout)
     p = command("pretrain", _cmd_pretrain, "train the YaRN lesson's base model (default --out data/yarn-base)", out, force, quiet)
-    for key, value in base_model.BASE.items():
+    for key, value in pretrain.BASE.items():
         flag = f"--{key.replace('_', '-')}"
         if isinstance(value, bool):  # a switch: --answer-only / --no-answer-only
             p.add_argument(flag, dest=key, action=argparse.BooleanOptionalAction, default=None, help=f"default {value}")
         else:
-            choices = base_model.SCHEDULERS if key == "scheduler" else None
+            choices = pretrain.SCHEDULERS if key == "scheduler" else None
             p.add_argument(flag, dest=key, type=type(value), default=None, choices=choices,
-                           help=base_model.SAID.get(key, f"default {value!r}"))  # fmt: skip
+                           help=pretrain.SAID.get(key, f"default {value!r}"))  # fmt: skip
     p = command("all", _cmd_run, "execute every notebook at a size (the main job)", size, quiet, timeout)
     p.add_argument("notebooks", nargs="*", help="a subset (default: all)")
     limit = _flag("--timeout", type=positive, default=15, metavar="MINUTES", help="stop after this many minutes (default 15)")

@@ -14,10 +14,11 @@ GUIDE_FIGURES = {
     **dict.fromkeys(["long_context_rope_pertoken_plain", "long_context_rope_pertoken"], "02_yarn"),
     **dict.fromkeys(["profile_layers_plain", "profile_layers_offload", "long_context_offload"], "03_activation_offload"),
     "long_context_cp_scaling": "04_context_parallelism",
-    # past the guide: the retrieval probe (lesson 02), ALST's tiled MLP (lesson 07), packing (lesson 08)
+    # past the guide: the retrieval probe (02), ALST's tiled MLP (07), packing (08), ALST's one-GPU stack (09)
     "passkey_retrieval": "02_yarn",
     **dict.fromkeys(["tiled_mlp_cpu_profile_tiled", "tiled_mlp_cpu_scaling", "tiled_mlp_full_scaling"], "07_tiled_mlp"),
     "packing_lengths_and_padding": "08_packing",
+    "alst_one_gpu_ladder": "09_host_state",
 }
 
 
@@ -46,7 +47,7 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     with files.staging(out) as tmp:
         lines = [
             f"# Guide figures ({size} size)\n\nEach from the run named under it (`longctx figures --size {size}`); "
-            "the `passkey_*` (lesson 02's retrieval probe), `tiled_mlp_*` (lesson 07, ALST) and `packing_*` (lesson 08) "
+            "the `passkey_*` (lesson 02), `tiled_mlp_*` (07), `packing_*` (08) and `alst_*` (09, ALST) "
             "ones go past the guide.\n"
         ]
         for name, nb in GUIDE_FIGURES.items():

@@ -1,4 +1,4 @@
-"""One rank of `torchrun --standalone --nproc_per_node N -m longctx.levers.cp_worker SPEC.json` (started by
+"""One rank of `torchrun --standalone --nproc_per_node N -m longctx.run.cp_worker SPEC.json` (started by
 parallel.launch): one real TRL SFTTrainer step on one process ("single"), with context parallelism ("cp") or with
 DeepSpeed Ulysses ("sp"). Each rank writes rank<r>.json (loss, step time, memory); rank 0 also grads.pt."""
 
@@ -94,7 +94,12 @@ def main(spec_path: str) -> None:
     torch.manual_seed(spec["seed"])
     model = models.load(spec["model"], seed=spec["seed"], dtype=spec.get("dtype", "fp32"))
     tok = data.tokenizer_for(spec["model"])  # a real model reads the corpus through its own tokenizer
-    dataset = data.long_sequences(spec["seq_len"], 1, tokenizer=tok, seed=spec["seed"])
+    if spec.get("documents"):  # a lesson's own documents
+        from datasets import Dataset
+
+        dataset = Dataset.from_dict({"input_ids": spec["documents"]})
+    else:
+        dataset = data.long_sequences(spec["seq_len"], 1, tokenizer=tok, seed=spec["seed"])
 
     class Measure(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -119,7 +124,7 @@ def main(spec_path: str) -> None:
     if spec.get("args"):  # the function a lesson wrote, shipped by value
         import dill
 
-        from longctx.levers.parallel import check_args
+        from longctx.run.parallel import check_args
 
         args = dill.loads(Path(spec["args"]).read_bytes())(world)
         check_args(args, mode, world)

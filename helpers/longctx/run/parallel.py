@@ -60,12 +60,14 @@ class ParallelRun:
 
 
 def launch(
-    mode, nprocs, *, model, seq_len, out, args=None, seed=0, checkpointing=False, timeout=1800, progress=True, dtype="fp32"
-):
+    mode, nprocs, *, model, seq_len, out, args=None, seed=0, checkpointing=False, timeout=1800, progress=True, dtype="fp32",
+    documents=None,
+):  # fmt: skip
     """A ParallelRun: one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs`
     processes of this machine's device, all stopped after `timeout` seconds. `args`: a function of the world size that
     returns the SFTConfig every rank trains with (a lesson writes it; it travels to the ranks by value, through dill);
-    without it, cp_worker.sft_call's config (`checkpointing` as given)."""
+    without it, cp_worker.sft_call's config (`checkpointing` as given). `documents`: token-id lists to train on instead
+    of one window of the corpus (`seq_len` then their total, as a padding-free batch puts them in one row)."""
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:
@@ -88,6 +90,8 @@ def launch(
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     spec = dict(mode=mode, device=device, model=model, seq_len=seq_len, seed=seed, checkpointing=checkpointing, dtype=dtype)
+    if documents is not None:
+        spec["documents"] = [[int(t) for t in ids] for ids in documents]
     if args is not None:
         import dill
 
@@ -95,7 +99,7 @@ def launch(
         spec["args"] = str(out / "args.dill")
     (out / "spec.json").write_text(json.dumps(spec | {"out": str(out)}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}"]
-    cmd += ["-m", "longctx.levers.cp_worker", str(out / "spec.json")]
+    cmd += ["-m", "longctx.run.cp_worker", str(out / "spec.json")]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
     label, log, start = f"{mode} × {nprocs}", out / "launch.log", time.perf_counter()
     with log.open("w") as fh, tqdm(total=nprocs, desc=f"{label}: ranks done", disable=not progress, leave=False) as bar:

@@ -88,10 +88,19 @@ def correct(model, docs: list[Document], *, batch: int = 8) -> np.ndarray:
 
 
 def heatmap(model, lengths, depths, n: int, *, tokenizer, batch: int = 8, seed: int = 0, **source) -> np.ndarray:
-    """Exact-match accuracy, a row per depth and a column per length."""
-    grid = np.zeros((len(depths), len(lengths)))
+    """Keys found out of `n` documents, a row per depth and a column per length (the same documents for every model
+    given the same arguments)."""
+    grid = np.zeros((len(depths), len(lengths)), dtype=int)
     for j, length in enumerate(lengths):
         docs = documents(length, depths, n, tokenizer=tokenizer, seed=seed + j, **source)
-        hits = correct(model, docs, batch=batch).reshape(len(depths), n)
-        grid[:, j] = hits.mean(axis=1)
+        grid[:, j] = correct(model, docs, batch=batch).reshape(len(depths), n).sum(axis=1)
     return grid
+
+
+def interval(found: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) interval of an accuracy of `found` out of `n`: the range of true accuracies that
+    `level` of such probes would cover. scipy's binomtest."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(found), int(n)).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)

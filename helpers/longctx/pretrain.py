@@ -48,8 +48,7 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     """Train the base model (BASE's values, `options` overriding any) and write its weights, config, tokenizer,
     manifest.json and checksums.json into `out`. A folder that holds a model (the committed data/yarn-base by
     default) is refused before training unless `force`, and then only the model's own files are replaced."""
-    from longctx import data, models
-    from longctx.levers import passkey
+    from longctx import data, models, passkey
 
     if unknown := sorted(set(options) - set(BASE)):
         raise TypeError(f"pretrain() takes the options {', '.join(BASE)}, not {', '.join(unknown)}")
@@ -192,8 +191,7 @@ def _with_pass_keys(dataset, share: float, length: int, seed: int, *, answer_onl
     import numpy as np
     from datasets import Dataset
 
-    from longctx import data
-    from longctx.levers import passkey
+    from longctx import data, passkey
 
     rng, rows, tok = np.random.default_rng(seed), list(dataset["input_ids"]), data.tokenizer()
     labels = [list(r) for r in rows]
