@@ -41,9 +41,10 @@ def test_every_lessons_sizes_name_only_declared_parameters_within_its_schema():
 
 
 def test_values_are_read_as_papermills_p_and_y_read_them():
-    given = ["A=4096", "B=1e-3", "C=True", "D=None", "E=tiny", "F=[128, 256]", "G=[null, 64]", "H=064"]
+    given = ["A=4096", "B=1e-3", "C=True", "D=None", "E=tiny", "F=[128, 256]", "G=[null, 64]", "H=064", "I=[0200, yes]"]
     assert harness.parse_overrides(given) == {
         "A": 4096, "B": 1e-3, "C": True, "D": None, "E": "tiny", "F": [128, 256], "G": [None, 64], "H": 64,
+        "I": [200, "yes"],  # a list's items as -p reads a value, not as YAML 1.1 (octal 0200, yes for True)
     }  # fmt: skip
 
 
@@ -63,6 +64,8 @@ REFUSED = [
     (["run", "00", "--size", "gpu"], "GPU"),
     (["run", "nope"], "nope"),
     (["run", "00", "--out", "new\nline"], "--out"),
+    (["run", "00", "--out", ""], "--out"),  # not the default folder
+    (["sweep", "00", "--grid", "STEPS=2,02"], "--grid"),  # 02 is 2, as -p reads it (not YAML 1.1's octal)
     (["sweep", "00", "--grid", "STEPS=1,1"], "--grid"),
     (["sweep", "00", "--grid", "STEPS=1", "-p", "STEPS=2"], "STEPS"),
     (["sweep", "00", "--grid", "STEPS=0,1"], "STEPS"),
@@ -74,6 +77,7 @@ REFUSED = [
     (["estimate", "--model", "qwen3-0.6b", "--seq-len", "4q"], "4q"),
     (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--attn", "flash"], "--attn"),
     (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--cp-size", "3"], "cp_size"),
+    (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--replicas", "1.5"], "--replicas"),
     (["plan", "--model", "qwen3-4b", "--seq-len", "1M", "--gpu", "inf"], "GPU"),
     (["pretrain", "--steps", "0"], "--steps"),
     (["pretrain", "--learning-rate", "7"], "--learning-rate"),
@@ -93,6 +97,11 @@ def test_a_bad_input_is_refused_naming_what_to_fix_and_nothing_is_written(synthe
     assert not (tmp_path / "out").exists()
 
 
+def test_a_lessons_folder_that_is_not_one_is_named(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("LONGCTX_NOTEBOOKS", str(tmp_path / "nowhere"))
+    assert "LONGCTX_NOTEBOOKS" in _refused(capsys, ["list"])
+
+
 # a real lesson's ranges and relations: (notebook, override, the parameter named)
 RELATIONS = [
     ("03", "TIMED_STEPS=1", "TIMED_STEPS"), ("04", "RANKS=[2]", "RANKS"), ("04", "RANKS=[1,2,2]", "RANKS"),
@@ -103,6 +112,7 @@ RELATIONS = [
     ("04", "SEQ_LEN=1023", "SEQ_LEN"), ("02", "DATASET=deepmind/pg19", "deepmind/pg19"), ("00", "DTYPE=fp16", "DTYPE"),
     ("00", "MODEL=bogus", "bogus"), ("01", "CPU_LENGTHS=[128.0]", "CPU_LENGTHS"), ("01", "MODEL=qwen3-8b", "MODEL"),
     ("01", "SEED=4294967296", "SEED"), ("01", f"CPU_LENGTHS={list(range(1, schema.MAX_ITEMS + 2))}", "CPU_LENGTHS"),
+    ("01", "MODEL=" + "z" * 3000, "MODEL"),  # a path the file system refuses (too long): its OSError, by name
 ]  # fmt: skip
 
 
@@ -126,6 +136,7 @@ def test_papermill_gets_the_same_refusals_in_the_lessons_first_cell(tmp_path, mo
     cases = [
         (synthetic, {"STEPS": 0}, "STEPS"),
         (synthetic, {"SCALES": "[1, 2]"}, "SCALES"),  # what `papermill -p SCALES "[1, 2]"` passes
+        (synthetic, {"STEPSS": 2}, "STEPSS"),  # a name the lesson lacks: papermill only warns and injects it
         (lesson_01, {"MODEL": "qwen3-8b"}, "MODEL"),
     ]
     for notebook, params, named in cases:

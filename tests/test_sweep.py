@@ -129,6 +129,18 @@ def test_one_sweep_at_a_time_on_a_folder(tmp_path):
     assert not (sw.out / "points").exists()
 
 
+def test_another_notebooks_sweep_folder_is_refused_untouched(tmp_path):
+    sw = sweep.Sweep("00", "ci", {"STEPS": [2]}, out=tmp_path / "sw")
+    files.claim(sw.out, "sweep")
+    other = sw.out / "source" / "0123456789ab" / "01_other.ipynb"  # as another notebook's sweep left its snapshot
+    other.parent.mkdir(parents=True)
+    other.write_text("{}")
+    (sw.out / "sweep.csv").write_text("theirs\n")
+    with pytest.raises(LongctxError, match="01_other"):
+        sweep.Sweep("00", "ci", {"STEPS": [2]}, out=sw.out)
+    assert (sw.out / "sweep.csv").read_text() == "theirs\n" and not (sw.out / "points").exists()
+
+
 def test_a_metric_typo_is_refused_after_the_first_finished_point_which_is_kept(tmp_path):
     sw = sweep.Sweep("00", "ci", {"STEPS": [2, 3]}, out=tmp_path)
     files.claim(sw.out, "sweep")

@@ -149,6 +149,15 @@ def test_the_host_step_the_all_to_alls_and_the_fabric_between_nodes():
     across = timing.step_time(_stub(a2a, ["forward"], cp_size=1, sp_size=16), card.name, one)
     assert inside["breakdown_seconds"]["communication"] == pytest.approx(1.0)
     assert across["breakdown_seconds"]["communication"] == pytest.approx(card.gpu_gb_s / card.fabric_gb_s)
+    # data-parallel replicas all-reduce the rank's bf16 gradients beside backward: 3 s of it over 1 s of products
+    second, link = 989.4e12, card.gpu_gb_s * 1e9
+    grads = _stub([{"linear_flops": second}], ["backward"], cp_size=1, params=3 * link / 2)  # 2 bytes a parameter
+    pair = timing.step_time(grads, card.name, one, replicas=2)  # a ring of 2 sends the whole once: 3 s, 2 s left
+    assert pair["breakdown_seconds"]["communication"] == pytest.approx(2.0)
+    assert pair["tokens_per_second"] == pytest.approx(2 * 1000 / pair["seconds"])
+    many = timing.step_time(grads, card.name, one, replicas=16)  # 2 x 15/16 of it, over the fabric between nodes
+    assert many["breakdown_seconds"]["communication"] == pytest.approx(2 * 15 / 16 * 3 * card.gpu_gb_s / card.fabric_gb_s - 1)
+    assert timing.step_time(grads, card.name, one)["breakdown_seconds"]["communication"] == 0
     # a real Ulysses estimate charges its all-to-alls
     sp = estimate("qwen3-0.6b", 16384, sp_size=2)
     assert timing.step_time(sp)["bytes"]["communication"]["ulysses all-to-all"] > 0

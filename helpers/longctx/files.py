@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from longctx.errors import LongctxError
+from longctx.paths import user_path
 
 MARKER = ".longctx-{}.json"  # a command's marker in a folder it wrote; it holds MARK
 MARK = '["*"]'  # a hand-made file of that name holding anything else is no marker
@@ -50,7 +51,7 @@ def claim(out, command: str, own: dict[str, bool] | None = None, *, force=False,
     other files too (kept beside the command's), but never writes over a file of the user's named as one of `own`
     unless `replace=False` (a model: `force` asks for its files to be replaced, and is needed even in a folder the
     command wrote). `write` creates and marks the folder."""
-    out, own = Path(out).expanduser().absolute(), own or {}
+    out, own = user_path(out, "--out").absolute(), own or {}  # ("" is not the current folder)
     if out.exists() and not out.is_dir():
         raise LongctxError(f"{out} is not a folder; give --out a folder.")
     marked = claimed(out, command)

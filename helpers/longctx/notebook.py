@@ -5,6 +5,7 @@ harness's (LONGCTX_OUT), which checked the parameters before the kernel started;
 JupyterLab) the parameters are checked here, by the same function, and the run gets a folder of its own under
 build/interactive/<notebook>/. (On the run floor: it checks with run/'s harness.)"""
 
+import contextlib
 import json
 import math
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from longctx import quiet, versions
+from longctx import files, quiet, versions
 from longctx.files import atomic
 from longctx.paths import build_dir, schema_file
 
@@ -84,24 +85,45 @@ def start(notebook: str, params: dict) -> Session:
     from longctx.run import harness
 
     quiet.for_lessons()
-    # the declared parameters only: a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too
+    # a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too: those are set aside; any other
+    # undeclared name (papermill's -p with a typo, which papermill only warns about) is refused by the schema
     if (declared := schema_file(notebook)).is_file():  # the template has none yet
-        params = {k: v for k, v in params.items() if k in yaml.safe_load(declared.read_text())["properties"]}
+        later = _assigned(harness.resolve(notebook)) - set(yaml.safe_load(declared.read_text())["properties"])
+        params = {k: v for k, v in params.items() if k not in later}
         if os.environ.get("LONGCTX_CHECKED") != harness.checked_mark(notebook, params):
             harness.check_lesson(notebook, params)
-    if named := os.environ.get("LONGCTX_OUT"):
-        out = Path(named)
+    if named := os.environ.get("LONGCTX_OUT"):  # the harness's folder, claimed by it (the one write rule, here too)
+        out = files.claim(named, "run")
     else:  # a run of its own, never another's folder: the time it started and this process
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         out = build_dir() / "interactive" / notebook / f"{stamp}-{os.getpid()}"
-    out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     v = versions()
     print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
     return Session(notebook, dict(params), out)
 
 
+def _assigned(path: Path) -> set[str]:
+    """The names the lesson's own code cells assign or import."""
+    import ast
+
+    import nbformat
+
+    names = set()
+    for cell in nbformat.read(path, as_version=4).cells:
+        code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        if cell.cell_type == "code":
+            with contextlib.suppress(SyntaxError):
+                for n in ast.walk(ast.parse(code)):
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                        names.add(n.id)
+                    elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                        names |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    return names
+
+
 def parameters(namespace: dict) -> dict:
-    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides); `start` keeps the
-    ones its schema declares."""
+    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides); `start` sets aside
+    the ones its later cells assign and refuses any other its schema does not declare."""
     kinds = (int, float, str, bool, list, tuple, type(None))
     return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_") and isinstance(v, kinds)}

@@ -50,7 +50,10 @@ def build_dir() -> Path:
 def notebooks_dir() -> Path:
     """The lessons and their params/ folder. LONGCTX_NOTEBOOKS names another such folder (the tests' synthetic lesson,
     a course of your own)."""
-    return Path(os.environ.get("LONGCTX_NOTEBOOKS") or REPO / "notebooks")
+    folder = _folder("LONGCTX_NOTEBOOKS", REPO / "notebooks")
+    if not folder.is_dir():  # read, never written: it must be there
+        raise LongctxError(f"LONGCTX_NOTEBOOKS names {folder}, which is not a folder; unset it or name a folder of lessons.")
+    return folder
 
 
 def schema_file(notebook: str) -> Path:

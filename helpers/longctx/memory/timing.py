@@ -16,6 +16,9 @@ How compute, copies and communication combine, as the installed libraries run th
 - FSDP2's all-gathers and reduce-scatters run on streams of their own, the next layer's weights gathered while one
   computes: they are hidden but for the first all-gather of each pass and whatever outlasts the pass's compute.
 - Ulysses' all-to-alls (DeepSpeed's, before and after each attention) are waited for at once: exposed in full.
+- Data-parallel replicas of the step (`replicas`: HSDP's `dp_replicate_size` in accelerate's ParallelismConfig, or
+  DDP for a one-GPU step) all-reduce each rank's gradients, in bf16 (accelerate 1.15's FSDP2 mixed precision reduces
+  in the compute dtype), during backward on the gradients' stream: hidden but for what outlasts backward's compute.
 - Every collective runs at the NVLink speed within a node of `card.node_gpus`, at the fabric between nodes
   (`card.fabric_gb_s` per GPU) once the group spans more: a ring or an all-to-all is as slow as its slowest hop.
 - An optimizer offloaded to the host (DeepSpeed's CPU Adam) steps after backward, not beside it (DeepSpeed 0.19.8's
@@ -71,10 +74,13 @@ def efficiency(card: cards.Card) -> tuple[Efficiency, bool]:
     return EFFICIENCY[card.architecture if fitted else ASSUMED[card.architecture]], fitted
 
 
-def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, sdpa: str | None = None) -> dict:
+def step_time(
+    profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, sdpa: str | None = None, replicas: int = 1
+) -> dict:
     """Seconds per step of an estimated `profile` on the card `gpu` (a name from cards.CARDS), with tokens per second,
     MFU, the breakdown into PARTS (they add up to the step), the FLOPs and bytes behind it and the attention kernel
-    priced. `sdpa`: the backend SDPA runs without a mask (kernels.SDPA_BACKENDS; default: the card's)."""
+    priced. `sdpa`: the backend SDPA runs without a mask (kernels.SDPA_BACKENDS; default: the card's); `replicas`:
+    data-parallel copies of the step, each on as many GPUs as the profile's (their gradient all-reduce priced)."""
     card = cards.card(gpu)
     if card is None:
         raise LongctxError(f"A step's time needs a card's speeds: name one of {', '.join(cards.CARDS)} (got {gpu!r}).")
@@ -95,11 +101,14 @@ def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, 
     copies = c[:, COL["host_bytes"]] / (card.host_gb_s * 1e9)
     gpus = profile.meta["cp_size"] * profile.meta.get("sp_size", 1)
     link = c[:, COL["comm_bytes"]] / ((card.gpu_gb_s if gpus <= card.node_gpus else card.fabric_gb_s) * 1e9)
+    # a ring all-reduce sends 2 (r - 1) / r of the rank's gradients; across nodes once the replicas span more than one
+    replica_bytes = 2 * (replicas - 1) / replicas * profile.meta["params"] / gpus * 2 if replicas > 1 else 0.0
+    replica_link = replica_bytes / ((card.gpu_gb_s if gpus * replicas <= card.node_gpus else card.fabric_gb_s) * 1e9)
     kind, recompute, optimizer = c[:, COL["comm"]].astype(int), c[:, COL["recompute"]] > 0, phases == "optimizer"
     stream = linear + attention + memory + copies  # one stream, in trace order
     has_attention = (c[:, COL["attention_flops"]] + c[:, COL["attention_backward_flops"]]) > 0
     ring = _waited(np.cumsum(stream), kind, link, has_attention)
-    fsdp = _fsdp_exposed(stream, phases, kind, link)
+    fsdp = _fsdp_exposed(stream, phases, kind, link, replica_link)
     parts = {
         "linear": linear[~recompute].sum(),
         "attention": attention[~recompute].sum(),
@@ -109,10 +118,10 @@ def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, 
         "copies": copies.sum(),
         "communication": ring + fsdp + link[kind == ALL_TO_ALL].sum(),
         "host": _host_step(profile.meta, card, gpus),
-        "fixed": eff.fixed if gpus > 1 else 0.0,
+        "fixed": eff.fixed if gpus * replicas > 1 else 0.0,
     }
     seconds = sum(parts.values())
-    tokens, gpus = profile.meta["seq_len"] * profile.meta["batch"], profile.meta["cp_size"] * profile.meta.get("sp_size", 1)
+    tokens = profile.meta["seq_len"] * profile.meta["batch"] * replicas  # every replica's sequences
     both = {
         "linear": c[:, COL["linear_flops"]],
         "attention": c[:, COL["attention_flops"]] + c[:, COL["attention_backward_flops"]],
@@ -128,6 +137,7 @@ def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, 
     }
     model_flops = sum(sum(v.values()) for p, v in flops.items() if p != "recomputation")  # one rank's
     comm = {name: float(c[kind == code, COL["comm_bytes"]].sum()) for code, name in COMM_NAMES.items()}
+    comm["replicas' all-reduce"] = replica_bytes
     return {
         "gpu": card.name,
         "seconds": float(seconds),
@@ -143,6 +153,7 @@ def step_time(profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, 
             "communication_exposed_seconds": {"context parallel": float(ring), "fsdp": float(fsdp)},
         },
         "gpus": gpus,
+        "replicas": replicas,
         "attention_kernels": {
             name: {"forward": r.forward, "backward": r.backward, "source": r.source} for name, r in used.items()
         },
@@ -184,15 +195,17 @@ def _waited(clock: np.ndarray, kind: np.ndarray, link: np.ndarray, attention: np
     return delay
 
 
-def _fsdp_exposed(stream: np.ndarray, phases: np.ndarray, kind: np.ndarray, link: np.ndarray) -> float:
-    """FSDP2's collectives per pass: what outlasts the pass's compute, plus its first all-gather (nothing to hide it)."""
+def _fsdp_exposed(stream: np.ndarray, phases: np.ndarray, kind: np.ndarray, link: np.ndarray, replicas: float) -> float:
+    """FSDP2's collectives per pass: what outlasts the pass's compute, plus its first all-gather (nothing to hide it);
+    the replicas' all-reduce (`replicas` seconds) shares backward's gradient stream."""
     exposed = 0.0
     for phase in ("forward", "backward"):
         rows = phases == phase
         fsdp = rows & np.isin(kind, (FSDP_GATHER, FSDP_REDUCE))
         gathers = np.flatnonzero(rows & (kind == FSDP_GATHER))
         first = link[gathers[0]] if len(gathers) else 0.0
-        exposed += first + max(0.0, link[fsdp].sum() - first - stream[rows].sum())
+        grads = replicas if phase == "backward" else 0.0
+        exposed += first + max(0.0, link[fsdp].sum() + grads - first - stream[rows].sum())
     return float(exposed)
 
 
@@ -222,5 +235,6 @@ def describe(time: dict) -> str:
     shares = {k: v / time["seconds"] for k, v in time["breakdown_seconds"].items()}
     parts = ", ".join(f"{k} {share:.0%}" for k, share in shares.items() if share >= 0.005)
     assumed = "" if time["efficiency"]["fitted"] else " (linear efficiency assumed from Hopper: no step measured on this card)"
-    return (f"{time['seconds']:,.1f} s per step on {time['gpu']}{assumed}, {time['tokens_per_second']:,.0f} tokens/s, "
+    copies = f" ({time['replicas']} data-parallel replicas)" if time.get("replicas", 1) > 1 else ""
+    return (f"{time['seconds']:,.1f} s per step on {time['gpu']}{copies}{assumed}, {time['tokens_per_second']:,.0f} tokens/s, "
             f"MFU {time['mfu']:.0%}: {parts}; attention priced as {kernel_names(time)}")  # fmt: skip

@@ -121,7 +121,7 @@ def _brief_error(exc: Exception) -> str:
 
 def parse_overrides(pairs: list[str]) -> dict:
     """`KEY=VALUE` strings → values read as papermill's `-p` reads them (True/False/None, a whole number, a decimal,
-    else text), a list in brackets as YAML, as papermill's `-y` reads it: [128, 256]."""
+    else text), a list in brackets as a YAML list whose items are each read the same way (null too): [128, 256]."""
     out = {}
     for pair in pairs:
         key, eq, raw = (part.strip() for part in pair.partition("="))
@@ -139,12 +139,19 @@ def parse_value(raw: str):
 
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":  # quoted: text, whatever it holds (-p 'SEED="7"')
         return raw[1:-1]
-    if raw.startswith("["):
+    if raw.startswith("["):  # YAML for the brackets only: its 1.1 scalars (0256 octal, 1:00 base 60, yes) are not ours
         try:
-            return yaml.safe_load(raw)
+            items = yaml.load(raw, Loader=yaml.BaseLoader)  # every scalar kept as the text typed
         except yaml.YAMLError as exc:
             raise LongctxError(f"Cannot read {raw!r} as a list [a, b, c]: {str(exc).splitlines()[0]}") from None
+        return _items(items)
     return _resolve_type(raw)
+
+
+def _items(value):
+    if isinstance(value, list):
+        return [_items(v) for v in value]
+    return None if value in ("null", "~") else parse_value(value) if isinstance(value, str) else value  # YAML's null too
 
 
 def _absolute(value):
@@ -293,7 +300,7 @@ def run(
     params = {k: _absolute(v) if k in needs.PATH_PARAMETERS else v for k, v in checked.items()}
     limit, limit_how = time_limit(notebook.stem, size, timeout)
     check_built()  # every size reads the corpus, and a notebook never downloads it nor builds its caches again
-    target = user_path(out or build_dir() / notebook.stem, "--out").absolute()
+    target = user_path(build_dir() / notebook.stem if out is None else out, "--out").absolute()
     if target == notebook.resolve().parent:  # its executed copy would take the notebook's own name
         raise LongctxError(f"{notebook} is inside the output folder {target}, where its executed copy goes; give --out another.")
     if target.is_dir() and (other := next((p.name for p in target.glob("*.ipynb") if p.name != notebook.name), None)):

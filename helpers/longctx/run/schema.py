@@ -201,7 +201,13 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
     context = {"on_cpu": on_cpu, "weights": weights}
 
     def keyword(check):  # a jsonschema keyword from `check(value, context) -> why or None`
-        return lambda validator, arg, value, _: [ValidationError(why)] if (why := check(value, context)) else []
+        def judged(value):
+            try:
+                return check(value, context)
+            except OSError as exc:  # the file system's answer about a path given (too long, unreadable, ...)
+                return f"cannot be read as a path: {exc.strerror or exc}"
+
+        return lambda validator, arg, value, _: [ValidationError(why)] if (why := judged(value)) else []
 
     keywords = {k: keyword(f) for k, f in KEYWORDS.items()}
     keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels)

@@ -148,7 +148,7 @@ def _cmd_estimate(args) -> None:
         summary["fit"] = cards.verdict(profile.peak_gib, args.gpu, args.cp_size * args.sp_size)
     named = args.gpu if args.gpu is not None and cards.card(args.gpu) else None  # a number of GiB has no speeds
     if args.device == "cuda":  # the GPU's step, priced on the card named (else the guide's)
-        summary["time"] = timing.step_time(profile, named or cards.DEFAULT, sdpa=args.sdpa_backend)
+        summary["time"] = timing.step_time(profile, named or cards.DEFAULT, sdpa=args.sdpa_backend, replicas=args.replicas)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
@@ -200,6 +200,14 @@ def positive(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(text)
     return int(value) if value.is_integer() else value
+
+
+def count(text: str) -> int:
+    """argparse's type for how many of something: a positive whole number."""
+    value = positive(text)
+    if not isinstance(value, int):
+        raise ValueError(text)
+    return value
 
 
 def _flag(*names, **kwargs) -> argparse.ArgumentParser:
@@ -287,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-size", type=positive, default=1, help="context parallelism over N GPUs: the estimate is per rank")
     p.add_argument("--sp-size", type=positive, default=1, help="Ulysses sequence parallelism over N GPUs (DeepSpeed's; the "
                    "state sharded as ZeRO-3 does, by FSDP2): the estimate is per rank")  # fmt: skip
+    p.add_argument("--replicas", type=count, default=1, help="data-parallel copies of this step (HSDP's dp_replicate_"
+                   "size, or DDP): the time adds their gradient all-reduce; the memory per rank is the same")  # fmt: skip
     p.add_argument("--cp-comm", default="allgather", choices=est.CP_COMMS, help="how CP ranks exchange keys and values "
                    "(accelerate's cp_comm_strategy): allgather (its default) or alltoall (a ring of sends)")  # fmt: skip
     p.add_argument("--device", default="cuda", choices=est.DEVICES, help="whose kernels the step runs: cuda (emulated on "

@@ -34,7 +34,7 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
 
     harness.check_timeout(timeout)
     own = {"index.md": False, RUNS: True, **{f"{name}.{ext}": False for name in GUIDE_FIGURES for ext in ("png", "svg")}}
-    out = files.claim(out or build_dir() / "figures" / size, "figures", own, force=force, write=False)
+    out = files.claim(build_dir() / "figures" / size if out is None else out, "figures", own, force=force, write=False)
     notebooks = sorted(set(GUIDE_FIGURES.values()))
     for nb in notebooks:  # every notebook's parameters and needs, and the data, before the folder is made
         harness.checked_run(harness.resolve(nb), size)

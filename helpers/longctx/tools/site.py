@@ -32,7 +32,7 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
             "missing): pip install -e '.[site]' (or `make site`)."
         )
     check_choice("size", size, harness.SIZES)
-    out = files.claim(out or build_dir() / "site" / size, "site", write=False)  # new, empty, or a site
+    out = files.claim(build_dir() / "site" / size if out is None else out, "site", write=False)  # new, empty, or a site
     if runs is None:
         runs = {}
         for name in harness.notebooks():  # a run at this size, or one too damaged to say its size (refused below)

@@ -47,15 +47,13 @@ OOM_WORDS = ("out of memory", "can't allocate memory")
 
 def parse_grid(items: list[str]) -> dict[str, list]:
     """`["SEQ_LEN=256,512", "PADS=[64,128],[128,256]"]` → {"SEQ_LEN": [256, 512], "PADS": [[64, 128], [128, 256]]}: the
-    values read as one YAML list, each as `-p` reads a value (a list in brackets is one value)."""
-    import yaml
-
+    values read as one list, each as `-p` reads a value (a list in brackets is one value)."""
     grid: dict[str, list] = {}
     for item in items:
         key, _, raw = (part.strip() for part in item.partition("="))
         try:
-            values = [harness.parse_value(v) if isinstance(v, str) else v for v in yaml.safe_load(f"[{raw}]")]
-        except yaml.YAMLError:
+            values = harness.parse_value(f"[{raw}]")
+        except LongctxError:
             values = None
         if not key or not values or key in grid or len({json.dumps(v) for v in values}) < len(values):
             raise LongctxError(f"--grid {item!r}: write KEY=V1,V2,... once per key, each value once.")
@@ -89,7 +87,11 @@ class Sweep:
         self._defaults = harness.declared_parameters(path)
         for point in self.points():  # every point's names, types and ranges, before anything runs
             harness.check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
-        self.out = files.claim(self.out or build_dir() / "sweeps" / f"{self.notebook}-{self.size}", "sweep", OWN, write=False)
+        default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
+        self.out = files.claim(default if self.out is None else self.out, "sweep", OWN, write=False)
+        if other := next((p.name for p in self.out.glob("source/*/*.ipynb") if p.name != path.name), None):
+            # its table would be rewritten with this notebook's points only, as a run's folder is another's (harness.run)
+            raise LongctxError(f"{self.out} holds another notebook's sweep ({other}); give this one an --out of its own.")
 
         code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
         self._versions = {name: _version(name) for name in LIBRARIES} | {
