@@ -78,6 +78,8 @@ REFUSED = [
     (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--attn", "flash"], "--attn"),
     (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--cp-size", "3"], "cp_size"),
     (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--replicas", "1.5"], "--replicas"),
+    (["estimate", "--model", "qwen3-0.6b", "--seq-len", "1k", "--replicas", "1e308"], "--replicas"),
+    (["plan", "--model", "qwen3-0.6b", "--seq-len", "1k", "--timeout", "1e308"], "--timeout"),
     (["plan", "--model", "qwen3-4b", "--seq-len", "1M", "--gpu", "inf"], "GPU"),
     (["pretrain", "--steps", "0"], "--steps"),
     (["pretrain", "--learning-rate", "7"], "--learning-rate"),
@@ -113,6 +115,8 @@ RELATIONS = [
     ("00", "MODEL=bogus", "bogus"), ("01", "CPU_LENGTHS=[128.0]", "CPU_LENGTHS"), ("01", "MODEL=qwen3-8b", "MODEL"),
     ("01", "SEED=4294967296", "SEED"), ("01", f"CPU_LENGTHS={list(range(1, schema.MAX_ITEMS + 2))}", "CPU_LENGTHS"),
     ("01", "MODEL=" + "z" * 3000, "MODEL"),  # a path the file system refuses (too long): its OSError, by name
+    ("01", "SEQ_LEN=1", "SEQ_LEN"), ("07", "CPU_LENGTHS=[1, 64]", "CPU_LENGTHS"),  # one token has no next to predict
+    ("01", "TILE_TOKENS=1", "TILE_TOKENS"), ("03", "TILE_VOCAB=1", "TILE_VOCAB"),  # a loss head of thousands of tiles
 ]  # fmt: skip
 
 

@@ -226,6 +226,39 @@ def _cpu_step(step: dict, name: str, values: dict) -> tuple[int, int, str, dict]
     return length, math.prod(values.get(b, 1) for b in (batch if isinstance(batch, list) else [batch])), model, changes
 
 
+MAX_TILES = 1024  # fused-head tiles of one CPU step (_check_tiles)
+
+
+def _check_tiles(notebook: str, tokens: int, spec: str, tile: dict) -> None:
+    """A CPU step's fused loss head cut into at most MAX_TILES tiles (`x-cpu-step`'s `tiles`: its rows' and vocabulary
+    columns' parameters): each tile is one turn of TRL's Python loop (trl/kernels/chunked_logprob.py), and thousands
+    of them make one CPU step take minutes."""
+    from longctx import models
+
+    (rows_name, rows), (cols_name, cols) = tile.items()
+    try:
+        vocab = models.config(str(miniature(spec)) if spec in MINIATURES else spec).get_text_config().vocab_size
+    except LongctxError:  # a model the estimator does not take is the kernel's to load
+        return
+    row_tiles, col_tiles = -(-tokens // rows), -(-vocab // cols)
+    if (count := row_tiles * col_tiles) <= MAX_TILES:
+        return
+    fixes = []  # one parameter raised, the other kept; else both
+    if row_tiles <= MAX_TILES:
+        fixes.append(f"{cols_name} to at least {-(-vocab // (MAX_TILES // row_tiles)):,}")
+    if col_tiles <= MAX_TILES:
+        fixes.append(f"{rows_name} to at least {-(-tokens // (MAX_TILES // col_tiles)):,}")
+    side = math.isqrt(MAX_TILES)
+    fix = "raise " + (
+        " or ".join(fixes) or f"{rows_name} to at least {-(-tokens // side):,} and {cols_name} to {-(-vocab // side):,}"
+    )
+    raise LongctxError(
+        f"{notebook}: {rows_name}={rows:,} and {cols_name}={cols:,} cut a {tokens:,}-token step's loss over {spec}'s "
+        f"{vocab:,}-word vocabulary into {count:,} tiles; each is a turn of TRL's Python loop, and at most {MAX_TILES:,} "
+        f"keep a CPU step within the size's time: {fix}."
+    )
+
+
 def _check_raised_length(notebook: str, size: str, params: dict) -> None:
     """Each length the notebook's schema marks as a real CPU step's (`x-cpu-step`), made longer or larger than the
     size's own, or run on another model or config, is first estimated: the step the lessons start from (the plain loss,
@@ -242,6 +275,8 @@ def _check_raised_length(notebook: str, size: str, params: dict) -> None:
         if not (step := prop.get("x-cpu-step")):
             continue
         (was, was_batch, *was_model), (length, batch, *model) = (_cpu_step(step, name, v) for v in (own, values))
+        if tiles := step.get("tiles"):
+            _check_tiles(notebook, length * batch, model[0], {t: values[t] for t in tiles})
         if length * batch <= was * was_batch and model == was_model:
             continue
         batch_names = step.get("batch") if isinstance(step.get("batch"), list) else [step.get("batch")]

@@ -55,6 +55,10 @@ def _schema(path) -> dict:
     for spec in declared.get("properties", {}).values():  # every list, unless its schema says otherwise
         if spec.get("type") == "array":
             spec.setdefault("maxItems", MAX_ITEMS)
+        if "length" not in spec.get("x-cpu-step", {"length": None}):  # the length a step trains (not its batch): a
+            # token's target is the next token, so at least 2
+            length = spec.get("items", spec)
+            length["minimum"] = max(length.get("minimum", 2), 2)
     return declared
 
 

@@ -195,9 +195,10 @@ def _cmd_plan(args) -> None:
 
 
 def positive(text: str) -> float:
-    """argparse's type for a count or a duration: a positive finite number (`int(...)` where a whole one is meant)."""
+    """argparse's type for a count or a duration: a positive number below a million (`int(...)` where a whole one is
+    meant); larger ones overflow the timers and counts they feed, and no flag here needs one."""
     value = float(text)  # (argparse says "invalid positive value" for what float() refuses)
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value < 1e6):
         raise ValueError(text)
     return int(value) if value.is_integer() else value
 
