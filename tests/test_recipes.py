@@ -21,7 +21,7 @@ def _steps(name):
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_every_trainer_a_recipe_builds_names_its_card(name):
-    assert _steps(name) or name == "05_trainium_padding"  # (05's blocks: its SFTTrainer's step is held below too)
+    assert _steps(name)
 
 
 @pytest.mark.slow
