@@ -127,14 +127,15 @@ def test_an_offloaded_optimizer_steps_on_the_host_at_cpu_adams_rate():
 @pytest.mark.parametrize(
     "kwargs,fragment",
     [
-        (dict(offload_params=True), "with the optimizer offloaded too"),
-        (dict(offload_optimizer=True, offload_params=True, checkpointing=False), "needs gradient checkpointing"),
-        (dict(offload_optimizer=True, fake=False, device="cpu"), "no separate host memory"),
+        (dict(offload_params=True), "offload_optimizer"),
+        (dict(offload_optimizer=True, offload_params=True, checkpointing=False), "checkpointing"),
+        (dict(offload_optimizer=True, fake=False, device="cpu"), "fake"),
     ],
 )
 def test_state_offload_refusals(kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
+    with pytest.raises(LongctxError) as err:
         estimate("tiny", 256, **kwargs)
+    assert fragment in str(err.value)  # the parameter or flag it names
 
 
 def test_alsts_one_gpu_recipe_fits_an_h100_at_500k_where_the_guides_levers_do_not():
@@ -187,15 +188,16 @@ def test_ulysses_shards_the_state_and_splits_attentions_work_over_the_ranks():
 @pytest.mark.parametrize(
     "kwargs,fragment",
     [
-        (dict(sp_size=3), "power of two"),
-        (dict(sp_size=2, attn_implementation="eager"), "fused attention kernel"),
-        (dict(sp_size=2, cp_size=2), "not both in one run"),
-        (dict(sp_size=16), "must divide the model's"),
+        (dict(sp_size=3), "sp_size"),
+        (dict(sp_size=2, attn_implementation="eager"), "sdpa"),
+        (dict(sp_size=2, cp_size=2), "cp_size"),
+        (dict(sp_size=16), "sp_size"),
     ],
 )
 def test_ulysses_refusals(kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
+    with pytest.raises(LongctxError) as err:
         estimate("tiny", 1024, **kwargs)
+    assert fragment in str(err.value)  # the parameter it names
 
 
 def test_alsts_node_point_fits_eight_h100s_with_ulysses_and_its_levers():

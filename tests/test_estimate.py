@@ -5,6 +5,7 @@ import pytest
 
 from longctx import LongctxError
 from longctx.lengths import parse_length
+from longctx.memory import timing
 from longctx.memory.estimate import estimate
 from longctx.tools.cli import main
 
@@ -29,25 +30,26 @@ def test_offload_moves_saved_inputs_to_host():
 
 
 @pytest.mark.parametrize(
-    "kwargs,fragment",
+    "kwargs,named",  # the parameter the refusal names
     [
-        (dict(seq_len=0), "seq_len must be a positive integer"),
-        (dict(seq_len=1.5), "seq_len must be a positive integer"),
-        (dict(seq_len=64, offload=True, checkpointing=False), "needs gradient checkpointing"),
-        (dict(seq_len=64, loss="fused"), "Unknown loss"),
-        (dict(seq_len=64, dtype="int8"), "Unknown dtype"),
-        (dict(seq_len=64, offload=True, fake=False, device="cpu"), "no separate host memory"),
-        (dict(seq_len=64, fake=False, device="cuda"), "runs the CPU's kernels"),
-        (dict(seq_len=64, device="tpu"), "Unknown device"),
-        (dict(seq_len=64, optim="adam8bit"), "Unknown optim"),
-        (dict(seq_len=64, attn_implementation="flex"), "Unknown attn_implementation"),
-        (dict(seq_len=64, attn_implementation="flash_attention_2", device="cpu"), "CUDA GPUs in bf16/fp16 only"),
-        (dict(seq_len=64, attn_implementation="flash_attention_2", cp_size=2), "needs attn_implementation='sdpa'"),
+        (dict(seq_len=0), "seq_len"),
+        (dict(seq_len=1.5), "seq_len"),
+        (dict(seq_len=64, offload=True, checkpointing=False), "checkpointing"),
+        (dict(seq_len=64, loss="fused"), "loss"),
+        (dict(seq_len=64, dtype="int8"), "dtype"),
+        (dict(seq_len=64, offload=True, fake=False, device="cpu"), "fake"),
+        (dict(seq_len=64, fake=False, device="cuda"), "device"),
+        (dict(seq_len=64, device="tpu"), "device"),
+        (dict(seq_len=64, optim="adam8bit"), "optim"),
+        (dict(seq_len=64, attn_implementation="flex"), "attn_implementation"),
+        (dict(seq_len=64, attn_implementation="flash_attention_2", device="cpu"), "device"),
+        (dict(seq_len=64, attn_implementation="flash_attention_2", cp_size=2), "attn_implementation"),
     ],
 )
-def test_bad_estimates_are_refused(kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
+def test_bad_estimates_are_refused(kwargs, named):
+    with pytest.raises(LongctxError) as err:
         estimate("tiny", **kwargs)
+    assert named in str(err.value)
 
 
 def test_cli_estimate_json(capsys, tmp_path):
@@ -84,39 +86,34 @@ def test_cuda_measurement_without_cuda_is_refused():
         measure(lambda: None, model=torch.nn.Linear(2, 2), device="cuda")
 
 
-def test_reach_finds_the_longest_fitting_length():
-    from longctx.memory.estimate import reach
-
-    capacity = estimate("tiny", 70 * 1024).peak_gib  # a capacity that some length near 70k just fills
-    r = reach("tiny", capacity)
-    assert r["peak_gib"] <= capacity
-    assert estimate("tiny", r["seq_len"] + 1024).peak_gib > capacity  # one multiple more does not fit
-    with pytest.raises(LongctxError, match="over the"):
-        reach("tiny", 1e-6)
-    # seeded with other lengths (one far past the answer, one just short of it) it lands on the same multiple
-    seeds = {n: estimate("tiny", n).peak_gib for n in (r["seq_len"] - 5 * 1024, 200 * 1024)}
-    again = reach("tiny", capacity, known=seeds)
-    assert again["seq_len"] == r["seq_len"]
-    assert len(seeds) == 2 + again["estimates"] and again["estimates"] > 0  # what it estimated, kept for the next call
-
-
-def test_reach_walks_over_a_peak_that_does_not_grow_with_length(monkeypatch):
+def test_reach_finds_the_longest_fitting_length_and_walks_over_a_flat_peak(monkeypatch):
+    """On a stand-in peak (the real estimator's reach is held by the calculator's committed table: test_calculator)."""
     from types import SimpleNamespace
 
     from longctx.lengths import MAX_TOKENS
     from longctx.memory import estimate as est
 
-    # flat up to 200k tokens (the optimizer's peak on a small model), then growing: found by walking up
-    def peak(model, n, **levers):
+    calls = []
+
+    def peak(model, n, **levers):  # flat up to 200k tokens (the optimizer's peak on a small model), then growing
+        calls.append(n)
         return SimpleNamespace(peak_gib=10.0 + max(0, n - 200 * 1024) / 1024)
 
     monkeypatch.setattr(est, "estimate", peak)
     r = est.reach("tiny", 20.0)
-    assert r["seq_len"] == 210 * 1024 and r["peak_gib"] == 20.0
+    assert r["seq_len"] == 210 * 1024 and r["peak_gib"] == 20.0 and peak("tiny", r["seq_len"] + 1024).peak_gib > 20.0
+    with pytest.raises(LongctxError) as err:
+        est.reach("tiny", 1e-6)
+    assert "1e-06 GiB" in str(err.value)  # the capacity it was given
+    # seeded with other lengths (one far past the answer, one just short of it) it lands on the same multiple
+    seeds = {n: peak("tiny", n).peak_gib for n in (r["seq_len"] - 5 * 1024, 400 * 1024)}
+    again = est.reach("tiny", 20.0, known=seeds)
+    assert again["seq_len"] == r["seq_len"] and len(seeds) == 2 + again["estimates"] > 2  # what it estimated, kept
     # flat all the way: no reach to report, said in words rather than a ZeroDivisionError
     monkeypatch.setattr(est, "estimate", lambda model, n, **levers: SimpleNamespace(peak_gib=10.0))
-    with pytest.raises(LongctxError, match=f"goes no further \\({MAX_TOKENS:,} tokens"):
+    with pytest.raises(LongctxError) as err:
         est.reach("tiny", 20.0)
+    assert f"{MAX_TOKENS:,}" in str(err.value)
 
 
 def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
@@ -351,7 +348,7 @@ QUICK_CASES = ("tiny-preset-deep", "qwen3-0.6b", "held-out-moe-qwen3-moe")
 @pytest.mark.parametrize("case", [c if c in QUICK_CASES else pytest.param(c, marks=pytest.mark.exhaustive) for c in FAST_CASES])
 def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
     """Traced at 3 and 4 layers and extended, a tiled MLP's middle shards too (memory/repeat.py), vs every layer and
-    shard traced: the same timeline, row by row, to the byte — or, where AdamW's foreach kernels group an MoE's expert
+    shard traced: the same timeline and costs, row by row, to the byte — or, where AdamW's foreach kernels group an MoE's expert
     tensors, within 0.1% of the peak (a few bytes in a few optimizer rows)."""
     import numpy as np
 
@@ -367,6 +364,10 @@ def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
     assert fast.peak_bytes == pytest.approx(exact.peak_bytes, rel=1e-3)
     for key in ("params", "fixed_gib", "saved_layer_tensors", "hidden_sized_tensors", "attention_mask_gib"):
         assert fast.meta[key] == exact.meta[key], key
+    # and costs what every layer traced costs (the time model's input): operator by operator, to the FLOP and byte
+    np.testing.assert_array_equal(fast.costs.sum(axis=0), exact.costs.sum(axis=0))
+    if levers.get("device", "cuda") == "cuda":  # a GPU's step is priced
+        assert timing.step_time(fast)["seconds"] == pytest.approx(timing.step_time(exact)["seconds"], rel=1e-9)
 
 
 def test_layers_that_differ_are_traced_whole():

@@ -48,6 +48,8 @@ def test_every_lesson_builds_what_it_measures_in_plain_sight_and_writes_its_reci
     # a lesson that launches a script (06: scripts/sft_1m_context.py) builds its config in that script
     code += "".join((REPO / path).read_text() for path in re.findall(r"scripts/\w+\.py", code))
     assert re.search(r"\b(SFTConfig|GRPOConfig)\(", code), f"{name}: no trainer config built in its code"
+    # its first cell after the parameters checks them as the CLI does (papermill and JupyterLab get the refusals)
+    assert f'notebook.start("{name}", notebook.parameters(globals()))' in code, f"{name}: no notebook.start"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -42,12 +42,12 @@ def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
 @pytest.mark.parametrize(
     "kwargs,fragment",
     [
-        (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "use --gpus 4"),
-        (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad to 1000016"),
-        (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "GPU memory must be a positive number of GiB"),
-        (dict(seq_len=1048576, gpus=1024, gpu_memory_gib=80), "at most 64 GPUs"),
-        (dict(seq_len=1048576, gpus=1, gpu_memory_gib=80, mixed_precision=True), "--gpus 2 or more"),
-        (dict(seq_len=1048576, gpus=10**20, gpu_memory_gib=80), "use --gpus 64 or fewer"),
+        (dict(seq_len=1048576, gpus=6, gpu_memory_gib=80), "--gpus"),
+        (dict(seq_len=1000001, gpus=8, gpu_memory_gib=80), "pad_to_multiple_of"),
+        (dict(seq_len=1048576, gpus=8, gpu_memory_gib=0), "GPU memory"),
+        (dict(seq_len=1048576, gpus=1024, gpu_memory_gib=80), "--gpus"),
+        (dict(seq_len=1048576, gpus=1, gpu_memory_gib=80, mixed_precision=True), "--gpus"),
+        (dict(seq_len=1048576, gpus=10**20, gpu_memory_gib=80), "--gpus"),
     ],
     ids=[
         "gpus-not-a-power-of-two",
@@ -59,8 +59,9 @@ def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
     ],
 )
 def test_plan_refusals(kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
+    with pytest.raises(LongctxError) as err:
         plan.plan("qwen3-8b", **kwargs)
+    assert fragment in str(err.value)  # the parameter or flag it names
 
 
 def test_plan_refuses_sliding_window_models_under_cp(tmp_path):
@@ -97,15 +98,16 @@ def test_cp_halves_the_per_rank_activations():
 @pytest.mark.parametrize(
     "kwargs,fragment",
     [
-        (dict(cp_size=3), "power of two"),
-        (dict(cp_size=2, fake=False), "fake tensors only"),
+        (dict(cp_size=3), "cp_size"),
+        (dict(cp_size=2, fake=False), "fake"),
         (dict(mixed_precision=True), "mixed_precision"),
-        (dict(cp_size=128), "at most 64 GPUs"),
+        (dict(cp_size=128), "cp_size"),
     ],
 )
 def test_bad_cp_estimates(kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
+    with pytest.raises(LongctxError) as err:
         estimate("tiny", 1024, **kwargs)
+    assert fragment in str(err.value)  # the parameter it names
 
 
 def test_a_model_the_estimator_refuses_is_refused_before_any_worker_starts(tmp_path):
@@ -141,29 +143,18 @@ def test_the_plan_table_is_one_text_for_the_cli_and_the_lesson():
     assert plan.table(nothing).endswith("nothing fits on 2 GPU(s) of 80 GiB: more GPUs or memory")
 
 
-def test_plan_with_json_shows_its_progress_on_stderr_and_prints_only_json():
-    import json
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-m", "longctx", "plan", "--model", "tiny", "--seq-len", "4k", "--gpus", "2", "--gpu", "24", "--json"],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0 and "plan: estimates" in out.stderr  # a long plan is not silent
-    assert json.loads(out.stdout)["gpus"] == 2
-
-
-def test_plan_takes_the_attention_of_its_one_gpu_steps():
-    from longctx.memory.plan import plan
-
-    kw = dict(gpus=2, gpu_memory_gib=24, progress=False)
-    eager, sdpa = plan("tiny", 4096, attn_implementation="eager", **kw), plan("tiny", 4096, **kw)
-    assert eager["attn_implementation"] == "eager"
-    # eager keeps every (seq × seq) score matrix; the CP steps run SDPA whatever was asked
-    assert eager["steps"][0]["per_gpu_peak_gib"] > sdpa["steps"][0]["per_gpu_peak_gib"]
-    assert eager["steps"][-1]["per_gpu_peak_gib"] == sdpa["steps"][-1]["per_gpu_peak_gib"]
+def test_plan_json_takes_the_attention_of_its_one_gpu_steps_and_says_its_card(capsys):
+    """One plan through the CLI: progress on stderr, only JSON on stdout; eager on the one-GPU steps, then SDPA in a step
+    of its own (eager keeps every seq × seq score matrix) and under CP; the card and what is not counted in its table."""
+    args = ["plan", "--model", "tiny", "--seq-len", "4k", "--gpus", "2", "--gpu", "A100-40GB", "--attn", "eager", "--json"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert "plan: estimates" in err and result["gpus"] == 2 and result["attn_implementation"] == "eager"
+    kernels = [step["attention"].split(" ")[0] for step in result["steps"]]
+    assert kernels == ["eager"] * 4 + ["FlashAttention-2"] * 2
+    assert result["steps"][3]["per_gpu_peak_gib"] > result["steps"][4]["per_gpu_peak_gib"]  # SDPA's step: no scores kept
+    assert "A100-40GB: 40.00 GiB reported by the driver" in plan.table(result) and "NCCL" in plan.table(result)
 
 
 @pytest.mark.exhaustive

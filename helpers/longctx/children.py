@@ -32,9 +32,7 @@ def kill_trees(pids) -> None:
 
 class Deadline:
     """A time limit on the processes a block starts: after `seconds`, every process started below this one since the
-    block began (a notebook's kernel and everything it started) is killed, and what each was doing is kept in `seen`.
-    `fired` says whether the limit was reached. (A kernel's process group would miss torchrun's ranks, which sit in
-    sessions of their own; a kernel killed first would orphan them.)"""
+    block began (a notebook's kernel and everything it started) is killed, and what each was doing is kept in `seen`."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds, self.fired, self.seen = seconds, False, []
@@ -92,10 +90,8 @@ def _end_worker(signum, frame) -> None:
 
 
 def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
-    """`fn(call)` for each call on `workers` processes, in order, counted on `bar` (a tqdm). Interrupted or
-    failing, it returns at once: the calls not started cancelled, the workers killed with everything below them.
-    `start="fork"`: the workers begin with this process's imports (only for a caller of one thread that has run no
-    torch kernels: the estimator on fake tensors)."""
+    """`fn(call)` for each call on `workers` processes, in order, counted on `bar` (a tqdm). Interrupted or failing, it
+    returns at once: the calls not started cancelled, the workers killed with everything below them."""
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(start), initializer=_pool_worker)
     results: list = [None] * len(calls)
     with bar:
@@ -114,6 +110,10 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
     return results
 
 
+class _Expired(BaseException):
+    """Raised by the alarm: a BaseException, so the `except Exception` in a library the block calls cannot swallow it."""
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str):
     """Stop the block after `seconds` (SIGALRM, in the main thread: a command's own work, such as an estimate that a
@@ -121,12 +121,15 @@ def time_limit(seconds: float, what: str):
     from longctx.errors import LongctxError
 
     def stop(signum, frame):
-        raise LongctxError(f"{what} ran past its limit of {seconds / 60:g} min and was stopped.")
+        raise _Expired
 
     before = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # fires again each second should a bare `except:` catch it
     try:
         yield
+    except _Expired:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise LongctxError(f"{what} ran past its limit of {seconds / 60:g} min and was stopped; raise --timeout.") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)

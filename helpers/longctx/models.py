@@ -309,11 +309,10 @@ def config(spec: str, **overrides):
 
 
 def load(spec: str, *, dtype="fp32", seed: int = 0, **overrides):
-    """A causal LM in `dtype` ("fp32", "bf16", "fp16" or a torch.dtype): a preset gets random weights (seeded); a
-    path or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves it to the accelerator),
-    refused by transformers' own loading report when they are not the model's: a weight it needs that no file holds
-    (it would start random), one the config does not build (dropped), one of another shape; and integer (quantized)
-    or NaN weights."""
+    """A causal LM in `dtype` ("fp32", "bf16", "fp16" or a torch.dtype): a preset gets random weights (seeded); a path
+    or hub id loads its weights with `from_pretrained` (on the CPU; the trainer moves it to the accelerator), refused by
+    transformers' own loading report when they are not the model's: a weight it needs that no file holds (it would start
+    random), one the config does not build (dropped), one of another shape; and integer (quantized) or NaN weights."""
     import torch
     from transformers import AutoModelForCausalLM
 

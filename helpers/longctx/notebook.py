@@ -1,9 +1,6 @@
 """What every lesson notebook does at its start and end: its parameters checked, versions, an output folder,
-results.json. A lesson calls `session = longctx.notebook.start("00_memory_primer", params)` after its parameters, records
-what it claims with `session.record(...)` and ends with `session.save()`. Run by `longctx run`, the output folder is the
-harness's (LONGCTX_OUT), which checked the parameters before the kernel started; run any other way (papermill, nbconvert,
-JupyterLab) the parameters are checked here, by the same function, and the run gets a folder of its own under
-build/interactive/<notebook>/. (On the run floor: it checks with run/'s harness.)"""
+results.json. A lesson calls `session = longctx.notebook.start("00_memory_primer", params)` after its parameters,
+records what it claims with `session.record(...)` and ends with `session.save()`."""
 
 import contextlib
 import json

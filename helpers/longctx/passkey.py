@@ -1,7 +1,6 @@
 """A retrieval probe: a pass key of five digits hidden at a chosen depth of filler text, asked for at the end.
-Exact-match accuracy by depth and length says whether a model uses its context, which a per-token loss averaged over
-the sequence cannot (the YaRN, LongLoRA and ProLong papers report this probe). The same documents, with random keys and
-depths, are the synthetic half of the retrieval base model's training data (`longctx pretrain --retrieval`)."""
+Exact-match accuracy by depth and length says whether a model uses its context, which a per-token loss averaged over the
+sequence cannot (the YaRN, LongLoRA and ProLong papers report this probe)."""
 
 from dataclasses import dataclass
 
@@ -40,12 +39,6 @@ def document(filler: list[int], tok, key: str, depth: float, length: int) -> Doc
     ids = list(filler[:at]) + needle + list(filler[at:room]) + question + answer + stop
     end = len(ids) - len(stop)
     return Document(ids, range(end - len(answer), end), depth, length)
-
-
-def shortest(tok) -> int:
-    """The fewest tokens a pass-key document takes: its needle, question, key and full stop, and one of filler."""
-    key = " 1" * KEY_LENGTH
-    return sum(len(tok.encode(part)) for part in (NEEDLE.format(key=key), QUESTION, key, ".")) + 1
 
 
 def answer_labels(doc: Document) -> list[int]:

@@ -35,9 +35,7 @@ COLORS = {
 
 @contextlib.contextmanager
 def style():
-    """STYLE's settings for the duration, then the reader's own back. Only STYLE's keys are put back:
-    `plt.rc_context` would restore every setting, among them `interactive`, which the notebook's inline
-    backend turns on when the first figure of a kernel is made, and later figures would no longer show."""
+    """STYLE's settings for the duration, then the reader's own back."""
     before = {key: plt.rcParams[key] for key in STYLE}
     plt.rcParams.update(STYLE)
     try:
@@ -128,10 +126,7 @@ def profile_timelines(shown: dict, unit: float = GIB, capacity: float | None = N
 
 @styled
 def profile_timeline(profile, ax=None, unit: float = GIB, title: str | None = None, capacity: float | None = None):
-    """A step's live memory over time as stacked categories, phases shaded, the peak marked. Where the profile
-    counts activations of one layer input's size (`bands`: the checkpointed layer inputs and every other sequence ×
-    hidden tensor, which the counter cannot tell apart), each is drawn as its own thin band inside the activations, as
-    in the guide's figures: they stack up through the forward pass and drain through the backward pass."""
+    """A step's live memory over time as stacked categories, phases shaded, the peak marked."""
     totals = profile.timeline.sum(axis=1)
     edges = np.linspace(0, len(totals), min(len(totals), 3000) + 1).astype(int)  # thinned, each bin's highest row kept
     t = np.array([a + int(totals[a:b].argmax()) for a, b in zip(edges[:-1], edges[1:]) if b > a], dtype=int)

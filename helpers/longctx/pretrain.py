@@ -1,23 +1,16 @@
 """The YaRN lesson's base model: a small Qwen3-shaped model pretrained here, so that its trained range is known.
 `pretrain()` trains it from scratch on the corpus at a short length (a real TRL SFTTrainer run on raw text windows), so
-every position it has seen is below that length. Its RoPE base (100) lets even the slowest rotary pairs turn part-way
-round inside the trained range; bases of 1,000 and 10,000 trained the same way rose about as much past it."""
+every position it has seen is below that length."""
 
-import contextlib
-import functools
 import json
 import math
 import time
 from pathlib import Path
 
-import psutil
-from filelock import FileLock, Timeout
-
 from longctx import files
 from longctx.errors import SEED_LIMIT, LongctxError
 from longctx.models import from_pretrained, torch_dtype
 from longctx.paths import data_dir, miniature, user_path
-from longctx.units import GIB
 
 # the lesson's base model: small, RoPE base 100, trained at 128 tokens
 BASE = dict(
@@ -28,7 +21,6 @@ BASE = dict(
 )  # fmt: skip
 SAID = {"warmup_steps": "default 100, or a tenth of --steps when that is fewer"}  # defaults that depend on another
 SCHEDULERS = ("cosine", "constant")
-MAX_WINDOW_TOKENS = 2**28  # steps × batch × seq_len: the windows are built in memory before training
 # each option's range, checked before a model is built
 RANGES = dict(seq_len=(2, 2**20), steps=(1, 10**7), batch=(1, 2**16), warmup_steps=(0, 10**7), seed=(0, SEED_LIMIT - 1),
               learning_rate=(1e-12, 1), rope_theta=(1 + 1e-9, 1e12), retrieval=(0, 1))  # fmt: skip
@@ -46,9 +38,8 @@ def retrieval_dir() -> Path:
 
 def pretrain(out: str | Path | None = None, *, progress: bool = True, force: bool = False, **options) -> Path:
     """Train the base model (BASE's values, `options` overriding any) and write its weights, config, tokenizer,
-    manifest.json and checksums.json into `out`. A folder that holds a model (the committed data/yarn-base by
-    default) is refused before training unless `force`, and then only the model's own files are replaced."""
-    from longctx import data, models, passkey
+    manifest.json and checksums.json into `out`."""
+    from longctx import data, models
 
     if unknown := sorted(set(options) - set(BASE)):
         raise TypeError(f"pretrain() takes the options {', '.join(BASE)}, not {', '.join(unknown)}")
@@ -70,33 +61,17 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     if p["answer_only"] and not p["retrieval"]:
         raise LongctxError("--answer-only labels the pass-key documents' answers: give --retrieval a share above 0.")
     before = None  # the manifest of the model training goes on from
-    if p["retrieval"] and p["seq_len"] < (shortest := passkey.shortest(data.tokenizer())):
-        raise LongctxError(
-            f"--retrieval needs --seq-len {shortest} or more: a pass-key document holds its needle, "
-            "question, key and some filler."
-        )
     if p["init"]:
         if kept := sorted({"preset", "rope_theta"} & set(options)):
             flags = " and ".join(f"--{k.replace('_', '-')}" for k in kept)
             raise LongctxError(f"--init {p['init']} goes on training that model, with its own {flags}: drop {flags}.")
         before = manifest(user_path(p["init"], "--init"))
         p["preset"], p["rope_theta"] = before["params"]["preset"], before["params"]["rope_theta"]
-    if (tokens := p["steps"] * p["batch"] * p["seq_len"]) > MAX_WINDOW_TOKENS:
-        raise LongctxError(f"--steps × --batch × --seq-len = {tokens:,} tokens, over the {MAX_WINDOW_TOKENS:,} CPU pretraining "
-                           "takes.")  # fmt: skip
-    # a lower bound of one step: the fp32 logits and their gradient, both alive in the loss's backward
-    if (step := 2 * p["batch"] * p["seq_len"] * data.VOCAB_SIZE * 4) > (free := psutil.virtual_memory().available):
-        raise LongctxError(
-            f"--batch {p['batch']} × --seq-len {p['seq_len']}: one step's logits and their gradient alone take "
-            f"{step / GIB:,.1f} GiB ({data.VOCAB_SIZE}-token vocabulary, fp32), more than this machine's {free / GIB:.1f} "
-            "GiB available. Lower --batch (more --steps train on as many tokens)."
-        )
     if out is not None and user_path(out, "--out").resolve() == data_dir().resolve():
         raise LongctxError(f"{out} is the data folder itself (its manifest.json would be replaced): use e.g. --out data/my-base.")
     model_files = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
     own = dict.fromkeys([*model_files, "manifest.json", data.CHECKSUMS], False)
-    claim = functools.partial(files.claim, command="pretrain", own=own, force=force, replace=False, write=False)
-    out = claim(out or checkpoint_dir())
+    out = files.claim(out or checkpoint_dir(), command="pretrain", own=own, force=force, replace=False, write=False)
     if before is None:
         rope = {"rope_type": "default", "rope_theta": float(p["rope_theta"])}
         model = models.load(p["preset"], seed=p["seed"], rope_parameters=rope, max_position_embeddings=p["seq_len"])
@@ -106,28 +81,9 @@ def pretrain(out: str | Path | None = None, *, progress: bool = True, force: boo
     dataset = data.long_sequences(p["seq_len"], p["steps"] * p["batch"], seed=p["seed"])  # random windows of the training books
     if p["retrieval"]:
         dataset = _with_pass_keys(dataset, p["retrieval"], p["seq_len"], p["seed"], answer_only=p["answer_only"])
-    # one pretrain at a time into a folder: filelock's OS lock, released even when its holder is killed; beside the
-    # folder, which holds only the model's files (a lock inside would make a failed run's folder look taken)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lock, held = out.with_name(f".{out.name}.pretrain.lock"), None
-    try:
-        (held := FileLock(lock, timeout=0)).acquire()
-    except Timeout:
-        raise LongctxError(f"Another pretrain is writing into {out}; wait for it to end, or give it another --out.") from None
-    try:
-        claim(out)  # again, now that it is ours alone: a pretrain that ended meanwhile may have filled it
-        return _train(model, dataset, p, options, before, trained, out, progress)
-    finally:  # the lock file is pretrain's own, beside the user's folder: gone when its run ends
-        held.release()
-        with contextlib.suppress(OSError):
-            lock.unlink()
-
-
-def _train(model, dataset, p: dict, options: dict, before: dict | None, trained: int, out: Path, progress: bool) -> Path:
-    """`pretrain`'s training and writing, once its folder is locked."""
     from trl import SFTConfig, SFTTrainer
 
-    from longctx import data, models, quiet
+    from longctx import quiet
     from longctx.train import on_this_machine, result_of
 
     with files.staging(out) as tmp:
@@ -186,8 +142,7 @@ def _command(p: dict, options: dict) -> str:
 
 def _with_pass_keys(dataset, share: float, length: int, seed: int, *, answer_only: bool = False):
     """`dataset` with `share` of its windows made pass-key documents, each on its own window as filler, the key at a
-    random depth (the probe's documents, from the training books). With `answer_only`, a `labels` column: -100 (no
-    loss) everywhere in a pass-key document but its key, the whole window for the others."""
+    random depth (the probe's documents, from the training books)."""
     import numpy as np
     from datasets import Dataset
 

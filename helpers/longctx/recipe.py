@@ -1,7 +1,6 @@
 """What a reader copies into their own training script. A lesson writes its recipe ("In your own script") as literal
 code in its markdown and records the config objects it built and ran (`ran`); tests/test_notebooks.py reads the written
-calls (`written`) and holds them to what ran (`drift`), so a recipe cannot say other than the run. A `Call` is a
-constructor call kept as data, with which the helpers build the configs of their own runs (cp_worker, train)."""
+calls (`written`) and holds them to what ran (`drift`), so a recipe cannot say other than the run."""
 
 import ast
 import re
@@ -154,18 +153,7 @@ _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "torch.bflo
 def steps(markdown: str, root: Path) -> list[dict]:
     """The training steps a lesson's "In your own script" writes, as `memory.estimate.estimate` takes them: one per
     `SFTTrainer(...)` its python blocks build (names assigned in one block are read in the next), held to the card its
-    block's FITS comment names. Read as the installed libraries read them:
-    - the model: `SFTTrainer(model="<id>")` loads it in fp32 unless `model_init_kwargs` gives a dtype (trl 1.16,
-      `create_model_from_path`); `AutoModelForCausalLM.from_pretrained("<id>")` in the checkpoint's dtype (bf16 for
-      the Qwen3 and Llama ids here) unless `dtype=` says otherwise (transformers 5.24's "auto");
-    - `per_device_train_batch_size` defaults to 8 (transformers), `activation_checkpointing` to True (trl);
-    - FSDP2 (`fsdp=True`, or an accelerate config with `distributed_type: FSDP`) with trl's default `bf16=True` keeps
-      fp32 master weights and optimizer state (accelerate 1.15 upcasts every trainable bf16 parameter,
-      `fsdp2_prepare_model`), as DeepSpeed's bf16 does: 16 bytes a parameter, `mixed_precision` in the estimate (with
-      the optimizer offloaded, the masters are on the host);
-    - DeepSpeed's `offload_optimizer` / `offload_param` on the CPU, `use_liger_kernel` (its fused RMSNorm), a tiled MLP
-      (`tile_mlp(model)`), `ParallelismConfig(cp_size=N)` or `sp_size=N`, and a `LoraConfig(r=...)` handed to the
-      trainer."""
+    block's FITS comment names."""
     import yaml
 
     names, found = {}, []

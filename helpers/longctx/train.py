@@ -1,8 +1,5 @@
 """What every trainer a lesson builds shares: the settings that depend on where it runs (kept out of the recipe a reader
-copies), a step timer, and the curves of a finished run. Traps of the installed versions, handled here once: SFTConfig
-defaults to bf16 (refused on a CPU) and pinned memory warns without an accelerator. trl 1.16's loss is its chunked
-("fused") LM head; "plain" is the guide's baseline: the model's own forward with `labels=`, which materialises the full
-sequence × vocabulary logits (lesson 01 writes that trainer out)."""
+copies), a step timer, and the curves of a finished run."""
 
 import math
 import time

@@ -40,9 +40,7 @@ def gradients(trainer) -> dict[str, torch.Tensor]:
 
 
 def undivided_gradients(model_fn, dataset, micro_batch: int, steps: int, seed: int) -> dict[str, torch.Tensor]:
-    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide. Same samples as
-    the Trainer's seeded RandomSampler draws first, on the device the trainers used, so all three gradients come
-    from one kind of kernel. Lesson 00's "Look inside" shows the same loop on a one-layer model."""
+    """The classic hand-written mistake: sum each micro-batch's mean loss's gradient, never divide."""
     model = to_device(model_fn())
     model.train()
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[: micro_batch * steps]

@@ -49,8 +49,7 @@ class FusedRMSNorm(torch.autograd.Function):
 
 def fuse_norms(model) -> int:
     """Route every Llama-style RMSNorm of `model` (a `weight` and a `variance_epsilon`: Llama, Qwen, Mistral, ... ,
-    including Qwen3's per-head query and key norms, as Liger's patch replaces the class) through FusedRMSNorm.
-    Returns how many were routed."""
+    including Qwen3's per-head query and key norms, as Liger's patch replaces the class) through FusedRMSNorm."""
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm") and hasattr(m, "variance_epsilon")]
     for norm in norms:
         norm.forward = lambda x, norm=norm: FusedRMSNorm.apply(x, norm.weight, norm.variance_epsilon)

@@ -23,9 +23,7 @@ from longctx.errors import LongctxError
 
 class HostState:
     """Install on `model` before any tracker; `step()` is the optimizer's. `host`: the host's device (`meta` on fake
-    tensors). `params`: also keep the decoder layers' weights on the host. `bucket`: the reduce bucket's elements
-    (None: DeepSpeed's default). Each tensor gets its own AdamW, stepped and copied back in turn, as DeepSpeed's CPU
-    Adam goes through its sub-groups (and as the estimate's layers repeat)."""
+    tensors)."""
 
     def __init__(self, model, host, *, params: bool, lr: float, bucket: int | None = None) -> None:
         from deepspeed.runtime.zero.config import DeepSpeedZeroConfig

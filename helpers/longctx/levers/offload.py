@@ -1,7 +1,6 @@
 """Activation offload: each checkpointed layer's saved input waits in host memory between forward and backward.
 transformers wraps each layer's `checkpoint` in torch's `save_on_cpu`, whose saved-tensor hooks move the input the
-recomputation needs off the device. The same hooks serve on the CPU, where device and host are one memory, as a
-`HostPool` that counts what would leave the device (no RAM is saved), and in the estimator, with `meta` as the host."""
+recomputation needs off the device."""
 
 from dataclasses import dataclass
 

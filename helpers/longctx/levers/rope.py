@@ -95,9 +95,7 @@ def split(scaling: np.ndarray, factor: float) -> dict:
 
 
 def matched_beta_fast(cfg, trained: int, reference, reference_trained: int) -> float:
-    """The beta_fast at which YaRN leaves alone the share of `cfg`'s rotary pairs its default leaves for `reference`.
-    The betas count turns inside the trained range: over a short range no pair turns 32 times, and the default would
-    squeeze every pair, the fast ones included. Ties go to the larger value (nearer the default)."""
+    """The beta_fast at which YaRN leaves alone the share of `cfg`'s rotary pairs its default leaves for `reference`."""
     target = split(pair_scaling(reference, reference_trained, 2 * reference_trained), 2)["kept"]
     best = min(
         range(int(DEFAULT_BETA_FAST), int(DEFAULT_BETA_SLOW), -1),  # beta_slow stays at its default

@@ -1,8 +1,5 @@
 """Tiled MLP (ALST: Bekman et al. 2025, arXiv:2506.13996): each decoder layer's MLP computed over shards of the
-sequence, with only the layer's input kept for backward, where each shard is recomputed and back-propagated in turn.
-The autograd function is DeepSpeed's own (`deepspeed.runtime.sequence_parallel.ulysses_sp.TiledMLP`, 0.19.8), patched
-onto each layer's MLP the way ALST does it; a shard's `L/shards × intermediate` activations are alive instead of all
-`L × intermediate` of them."""
+sequence, with only the layer's input kept for backward, where each shard is recomputed and back-propagated in turn."""
 
 import math
 import types

@@ -38,8 +38,7 @@ def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> n
 
 def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: str = "fp32"):
     """ "base" → the lesson's pretrained model, "retrieval" → the one taught to copy a pass key; a hub id or path → that
-    model (its `trained` length given) in `dtype`, on this machine's accelerator. With `wanted`, YaRN for wanted /
-    trained positions (`beta_fast` None: the default)."""
+    model (its `trained` length given) in `dtype`, on this machine's accelerator."""
     from longctx.levers import rope
 
     if spec in MINIATURES:

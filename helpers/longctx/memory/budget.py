@@ -39,12 +39,10 @@ def training_budget(
     trainable_tensors: int = 0,
     adapter_dtype: str | None = None,
 ) -> Budget:
-    """Bytes for weights, gradients and AdamW state, before any activation.
-    full:  every weight is trained; gradients in `grad_dtype` (default: the weight dtype).
-    lora:  the base weights are frozen (no gradient, no optimizer state); `trainable_params` adapter weights in
-           `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.
-    qlora: as lora, with the frozen base stored in 4 bits (`weight_dtype="nf4"`).
-    `trainable_tensors` counts AdamW's scalar `step` tensor (fp32) per trainable parameter tensor."""
+    """Bytes for weights, gradients and AdamW state, before any activation. full: every weight is trained; gradients in
+    `grad_dtype` (default: the weight dtype). lora: the base weights are frozen (no gradient, no optimizer state);
+    `trainable_params` adapter weights in `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.
+    qlora: as lora, with the frozen base stored in 4 bits (`weight_dtype="nf4"`)."""
     check_choice("method", method, METHODS)
     dtypes = dict(weight_dtype=weight_dtype, grad_dtype=grad_dtype, state_dtype=state_dtype, adapter_dtype=adapter_dtype)
     for name, dt in dtypes.items():

@@ -1,8 +1,5 @@
 """GPU cards as a capacity: what the driver reports for each card, where a public record shows it, and the memory an
-estimate does not model, named next to every "fits / does not fit". A card sold as "80 GB" is not 80 GiB of room for a
-step: of the driver's total (nvidia-smi's "Total", `torch.cuda.get_device_properties(i).total_memory`) the CUDA context,
-NCCL's buffers and the allocator's rounding take a part the estimate leaves out (`UNMODELLED`; benchmarks/gpu_check.py
-measures them on your card)."""
+estimate does not model, named next to every "fits / does not fit"."""
 
 import math
 from dataclasses import dataclass

@@ -1,12 +1,9 @@
 """What each operator of a traced step asks of the hardware, counted as the tracker records it (one row per operator,
-beside its memory row): the FLOPs of its matrix products by kind (a linear layer's, or attention's, forward or
-backward and by kernel, a causal mask counting half, as the kernels skip the masked blocks), the bytes an elementwise
-operator reads and writes, the bytes it copies between device and host (activation offload), and the bytes a
-collective moves over this rank's link (FSDP's weight all-gathers and gradient reduce-scatters, context parallelism's
-key/value exchange). FLOPs follow torch's own formulas (`torch.utils.flop_counter`: a matrix product of m×k by k×n is
-2mkn); elementwise arithmetic is not counted as FLOPs, as torch's FlopCounterMode counts none: such operators are
-timed by their bytes (memory/timing.py). Stand-ins that compute nothing (FlashAttention and TRL's fp32 head products
-on the GPU path) charge their FLOPs here."""
+beside its memory row): the FLOPs of its matrix products by kind (a linear layer's, or attention's, forward or backward
+and by kernel, a causal mask counting half, as the kernels skip the masked blocks), the bytes an elementwise operator
+reads and writes, the bytes it copies between device and host (activation offload), and the bytes a collective moves
+over this rank's link (FSDP's weight all-gathers and gradient reduce-scatters, context parallelism's key/value
+exchange)."""
 
 import contextlib
 import functools

@@ -1,8 +1,5 @@
 """Estimate a full-size training step's memory without allocating it: the same step as `measure`, on fake tensors
-(torch's FakeTensorMode: shapes, dtypes and devices, no storage). The model is built from its config in the training
-dtype; one warm-up step creates AdamW's state; then forward, loss, backward and the optimizer step run under the CPU
-measurement's tracker. Offload is modelled as transformers implements it (`save_on_cpu` around each checkpointed layer),
-the `meta` device standing in for host memory."""
+(torch's FakeTensorMode: shapes, dtypes and devices, no storage)."""
 
 import contextlib
 import functools
@@ -155,11 +152,7 @@ def build_step(
     offload_params: bool = False, fused_norm: bool = False, sp_size: int = 1, autocast: bool = False, lora: int = 0,
 ):  # fmt: skip
     """Model, optimizer (its state already created) and a `step()` closure — forward, loss, backward, optimizer step —
-    the same on real tensors (measure) and under FakeTensorMode (estimate). With a device `mesh`: FSDP2 over it (each
-    decoder layer, then the root, as accelerate wraps them; `mixed_precision` as its `mixed_precision: bf16`) and the
-    step under torch's `context_parallel` (this rank's slice of the sequence, attention through the ring).
-    `autocast`: the forward as a Trainer with bf16=True runs it on one GPU (accelerate's prepare_model: under bf16
-    autocast, its outputs in fp32); on fake CPU tensors with CUDA's policy (compat.cuda_autocast_policy_on_cpu)."""
+    the same on real tensors (measure) and under FakeTensorMode (estimate)."""
     from transformers import AutoModelForCausalLM
 
     from longctx import compat
@@ -347,16 +340,7 @@ def estimate(
 ) -> MemoryProfile:
     """The MemoryProfile of one training step of `model` (preset, config.json path or config object) on `batch`
     sequences of `seq_len` tokens, on fake tensors; `fake=False` runs the same step for real on the CPU (small models:
-    how the estimator is checked). `device="cuda"` (the default on fake tensors) takes the GPU's side of every
-    device-dependent branch (compat.gpu_dispatch). With `cp_size=N` the profile is one rank's of an N-GPU
-    context-parallel job (FSDP2, this rank's slice of the sequence, the ring's buffers) under a fake process group,
-    the ranks exchanging keys and values as `cp_comm` says (CP_COMMS). Every operator's FLOPs and bytes are kept
-    (`profile.costs`, memory/costs.py): memory/timing.step_time prices them on a card.
-    Identical decoder layers are traced at 3 and 4 layers and extended, a tiled MLP's middle shards likewise
-    (memory/repeat.py says why that is exact); `exact=True` traces every layer and every shard. `autocast`: the
-    forward under CUDA's bf16 autocast with its outputs in fp32, as a Trainer with bf16=True runs it on one GPU; None
-    (the default) where that Trainer would (a bf16 step on one GPU, not under FSDP2 or DeepSpeed), False for a bf16
-    model trained with bf16=False."""
+    how the estimator is checked)."""
     from longctx import models
 
     device, cfg = device or ("cuda" if fake else "cpu"), models.config(model) if isinstance(model, str) else model
@@ -500,9 +484,8 @@ def line_reach(capacity_gib: float, intercept_gib: float, peak_gib: float, token
 
 
 def reach(model, capacity_gib: float, *, multiple: int = 1024, known: dict[int, float] | None = None, **levers) -> dict:
-    """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`: secant steps from 32 and 96
-    multiples (the peak is nearly linear in length), then bisection between the last fit and the first miss. `known`:
-    lengths already estimated with the same levers → their peaks in GiB; the new estimates are added to it."""
+    """The longest sequence (a multiple of `multiple`) whose estimated peak fits `capacity_gib`: secant steps from 32
+    and 96 multiples (the peak is nearly linear in length), then bisection between the last fit and the first miss."""
     check_positive_int("multiple", multiple)
     if not capacity_gib > 0:
         raise LongctxError(f"capacity_gib must be a positive number of GiB, got {capacity_gib!r}.")

@@ -25,10 +25,7 @@ def peak(model: str, seq_len: int, loss: str, checkpointing: bool, offload: bool
 
 def explore(model: str = "qwen3-4b", seq_len: int = 98304, gpu: str = "H100-80GB", models=MODELS):
     """Show the controls and, under them, the figure each change redraws; returns the controls' ipywidgets box, whose
-    `.state` holds the last drawn estimate and `.figure` its figure (None after a setting the estimator refuses).
-    The figure is a display the changes update, not an `Output` widget: nbclient 0.11 answers an Output widget's every
-    output over the shell channel it is waiting on for the cell's reply, and a headless run can then wait there until
-    its time limit (jupyter/nbclient#312, open)."""
+    `.state` holds the last drawn estimate and `.figure` its figure (None after a setting the estimator refuses)."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
     from IPython.display import DisplayHandle, Pretty, display

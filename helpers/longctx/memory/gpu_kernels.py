@@ -1,8 +1,6 @@
-"""Fake stand-ins for the GPU kernels a CUDA training step runs, for the estimator. A CPU-only torch cannot run
-autograd on fake *CUDA* tensors (the engine asks for a CUDA stream), so the estimator traces on fake CPU tensors and
-`compat.gpu_dispatch()` routes the device-dependent calls here. What cannot run on a CPU (Triton, FlashAttention) is
-replaced by functions that compute nothing but allocate exactly the outputs and scratch the real kernels allocate, so
-the tracker sees the GPU's bytes."""
+"""Fake stand-ins for the GPU kernels a CUDA training step runs, for the estimator. A CPU-only torch cannot run autograd
+on fake *CUDA* tensors (the engine asks for a CUDA stream), so the estimator traces on fake CPU tensors and
+`compat.gpu_dispatch()` routes the device-dependent calls here."""
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -17,13 +15,12 @@ def _round_up(n: int, to: int) -> int:
 
 
 class FlashAttention(torch.autograd.Function):
-    """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`, vendored
-    by PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout.
-    forward (`mha_fwd`): the output in (batch, seq, heads, head_dim) memory and the fp32 softmax log-sum-exp (batch,
-    heads, seq); it saves q, k, v, out and the log-sum-exp.
-    backward (`mha_bwd`): dq, dk, dv like their inputs, plus scratch alive while the kernel runs: `softmax_d` fp32
-    (batch, heads, seq rounded to 128), `dq_accum` fp32 (batch, seq rounded to 128, heads, head_dim rounded to 32), and
-    with grouped K/V heads `dk_expanded`/`dv_expanded` at the query's head count."""
+    """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`, vendored by
+    PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout. forward (`mha_fwd`):
+    the output in (batch, seq, heads, head_dim) memory and the fp32 softmax log-sum-exp (batch, heads, seq); it saves q,
+    k, v, out and the log-sum-exp. backward (`mha_bwd`): dq, dk, dv like their inputs, plus scratch alive while the
+    kernel runs: `softmax_d` fp32 (batch, heads, seq rounded to 128), `dq_accum` fp32 (batch, seq rounded to 128, heads,
+    head_dim rounded to 32), and with grouped K/V heads `dk_expanded`/`dv_expanded` at the query's head count."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal=True, kernel=costs.SDPA):
@@ -62,8 +59,7 @@ def sdpa_as_cuda(original):
     head sizes ≤ 256 → the flash kernel (grouped K/V heads natively); a mask, or values narrower than the queries (MLA,
     which flash refuses: torch's check_head_dim_size_flash) → the memory-efficient kernel, which takes the mask as an
     additive bias in the query's dtype (a boolean mask is converted first, one more (seq × seq) copy; its own workspace
-    is not modelled) and no grouped heads (transformers expanded them already when it passes a mask). Anything else
-    (fp32, large heads) is left to `original`, as the GPU would fall back too."""
+    is not modelled) and no grouped heads (transformers expanded them already when it passes a mask)."""
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         half = query.dtype in (torch.float16, torch.bfloat16) and query.shape[-1] <= 256

@@ -1,14 +1,6 @@
 """What an attention kernel achieves on a card: the share of the card's dense bf16 peak its forward and its backward
-pass reach, from the kernels' published benchmarks (head dim 128, 16k tokens, the causal forward where both are
-given), never fitted to a training step; and which kernel each `attn_implementation` runs on a card. The time model
-(memory/timing.py) prices every attention row of a traced step at its kernel's rate.
-
-SDPA is not one kernel. torch picks a backend per call: on CUDA, cuDNN's attention first on compute capability 9.x and
-10.x when the runtime cuDNN is newer than 9.15.0 (`aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`,
-`check_prefer_cudnn_attention`, since torch 2.9; `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` turns it off), else the flash
-backend (FlashAttention-2, vendored) without a mask and the memory-efficient one with a mask. Which cuDNN a machine
-loads is not knowable from here: `sdpa` on Hopper is priced as cuDNN, said so beside every time, and `--sdpa-backend
-flash` prices the other case."""
+pass reach, from the kernels' published benchmarks (head dim 128, 16k tokens, the causal forward where both are given),
+never fitted to a training step; and which kernel each `attn_implementation` runs on a card."""
 
 from dataclasses import dataclass
 
@@ -64,9 +56,7 @@ def sdpa_backend(architecture: str) -> str:
 
 
 def rate(kernel_code: int, architecture: str, *, sdpa: str | None = None, linear: float = 0.0) -> Rate:
-    """The rate of the kernel that ran a traced attention row (costs' `kernel` code) on an architecture. `sdpa`: the
-    backend SDPA runs without a mask (default: the card's, sdpa_backend); `linear`: the linear layers' efficiency,
-    which eager's batched products (cuBLAS, like any other product) run at."""
+    """The rate of the kernel that ran a traced attention row (costs' `kernel` code) on an architecture."""
     if kernel_code == costs.EAGER:
         return Rate("eager (cuBLAS batched products)", linear, linear, "the linear layers' efficiency (memory/timing.py)")
     arch = architecture if (("flash", architecture) in RATES) else ASSUMED.get(architecture, architecture)

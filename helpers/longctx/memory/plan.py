@@ -1,11 +1,4 @@
-"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak and its time. The
-levers in order of cost: the chunked loss (free), gradient checkpointing (recomputes the forward pass), activation
-offload (host traffic), with `tiled_mlp` ALST's tiled MLP (one more MLP forward per layer), with `host_state` ALST's
-one-GPU levers (the optimizer, then the weights on the host, as DeepSpeed's ZeRO offload; Liger's fused norm), then
-context parallelism over 2, 4, ... GPUs (more GPUs; from the step before the host state, which FSDP2 shards instead).
-The first step that fits is the cheapest combination; the fastest that fits may be another (more GPUs shorten the step).
-Every step is a fake-tensor estimate (`longctx.memory.estimate`): per rank under CP, with FSDP2 sharding and the ring's
-buffers, its time priced by memory/timing.py on the plan's card."""
+"""`longctx plan`: add the long-context levers one at a time and estimate each step's per-GPU peak and its time."""
 
 import threading
 
@@ -97,12 +90,8 @@ def plan(
     progress: bool = True,
     sdpa_backend: str | None = None,
 ) -> dict:
-    """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits.
-    `model` is a preset name or a config.json path (any family transformers knows). `mixed_precision`
-    applies to the CP steps (FSDP2 with fp32 master weights, as accelerate's `mixed_precision: bf16`);
-    `attn_implementation` to the one-GPU steps (torch's context parallelism runs SDPA only: a step switches first).
-    Times are priced on the card `gpu_memory_gib` names (a number of GiB: on cards.DEFAULT), SDPA's attention as
-    `sdpa_backend` (default: the card's, memory/kernels.py); `fastest` is the fitting step of the shortest time."""
+    """Every step's per-GPU peak and whether it fits `gpu_memory_gib`; `cheapest` is the first that fits. `model` is a
+    preset name or a config.json path (any family transformers knows)."""
     gib = check(models.config(model), seq_len, gpus, gpu_memory_gib, attn_implementation, mixed_precision)
     card = cards.card(gpu_memory_gib).name if cards.card(gpu_memory_gib) else cards.DEFAULT
     steps = ladder(

@@ -1,11 +1,4 @@
-"""A training step's memory timeline for N identical decoder layers, from the traces of 3 and 4 layers. Exact because
-identical layers run the same operators on the same shapes: each pass is the stretch before the layers, one stretch per
-layer, the stretch after; every row is affine in the depth (one more layer's weights, gradients, state, saved input) and,
-in a middle layer's stretch, in its index. The 4-layer trace gives one index step, the 3-layer one a depth step; the first
-and last layers are kept as traced; the optimizer's stretch (and under CP, FSDP2's setup before the layers) gains one
-repeated block per layer. A tiled MLP's shards repeat the same way inside each layer (`repeat_tiles`). Anything else
-raises NotRepeating and the caller traces every layer and shard (tests/test_estimate.py holds the extension to the full
-trace)."""
+"""A training step's memory timeline for N identical decoder layers, from the traces of 3 and 4 layers."""
 
 import copy
 import itertools
@@ -115,9 +108,7 @@ def _order(phase: str, depth: int) -> range:
 
 
 def _grown(x_small: np.ndarray, x_large: np.ndarray, more: int) -> np.ndarray:
-    """A stretch outside the layers at the full depth. Most keep their length; one that grows with depth (the
-    optimizer's, one block of rows per layer's parameters) is found to repeat a block in the larger trace, and gets
-    one block per layer it lacks."""
+    """A stretch outside the layers at the full depth."""
     if x_small.shape == x_large.shape:
         return x_large + more * (x_large - x_small)
     block = len(x_large) - len(x_small)
@@ -139,8 +130,7 @@ def _grown(x_small: np.ndarray, x_large: np.ndarray, more: int) -> np.ndarray:
 def repeat_tiles(net, tracker) -> None:
     """Make every tiled MLP of `net` (fake tensors only) compute its first three and last shards, and write the others'
     rows into `tracker`: the middle shards have one shape, so they run the same operators and leave the same behind (in
-    forward an output kept until the cat; in backward nothing past the next shard). A skipped one returns a stand-in
-    that leaves that state; its rows are shard 2's plus one step (shard 2 − shard 1) per index."""
+    forward an output kept until the cat; in backward nothing past the next shard)."""
     import types
 
     from deepspeed.runtime.sequence_parallel.ulysses_sp import TiledMLP

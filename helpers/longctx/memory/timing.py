@@ -79,8 +79,7 @@ def step_time(
 ) -> dict:
     """Seconds per step of an estimated `profile` on the card `gpu` (a name from cards.CARDS), with tokens per second,
     MFU, the breakdown into PARTS (they add up to the step), the FLOPs and bytes behind it and the attention kernel
-    priced. `sdpa`: the backend SDPA runs without a mask (kernels.SDPA_BACKENDS; default: the card's); `replicas`:
-    data-parallel copies of the step, each on as many GPUs as the profile's (their gradient all-reduce priced)."""
+    priced."""
     card = cards.card(gpu)
     if card is None:
         raise LongctxError(f"A step's time needs a card's speeds: name one of {', '.join(cards.CARDS)} (got {gpu!r}).")

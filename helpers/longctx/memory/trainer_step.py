@@ -7,10 +7,8 @@ from longctx.memory.measure import measure
 
 
 def measure_step(trainer, *, tiles=(None, None), host_pool=None):
-    """MemoryProfile of one real optimizer step of `trainer` (a transformers Trainer: SFTTrainer, GRPOTrainer, ...),
-    set up as train() sets up its first step: the optimizer created, checkpointing as its arguments ask. `tiles` sets
-    TRL's fused-head tile (rows, vocabulary columns; None keeps TRL's); `host_pool` (offload.HostPool) takes the
-    checkpointed inputs on a CPU, where transformers' offload cannot run."""
+    """MemoryProfile of one real optimizer step of `trainer` (a transformers Trainer: SFTTrainer, GRPOTrainer, ...), set
+    up as train() sets up its first step: the optimizer created, checkpointing as its arguments ask."""
     batch, pool = first_step(trainer, host_pool)
     model, losses = trainer.model, []
 
@@ -37,8 +35,7 @@ def measure_step(trainer, *, tiles=(None, None), host_pool=None):
 
 def first_step(trainer, pool=None):
     """Set `trainer` up as train() sets up its first step: the optimizer created, the model in training mode,
-    checkpointing (or the CPU offload stand-in `pool`) on. Returns the first training batch exactly as the trainer would
-    feed it (collated, on its device) and the pool."""
+    checkpointing (or the CPU offload stand-in `pool`) on."""
     model = trainer.model
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     trainer.create_optimizer()

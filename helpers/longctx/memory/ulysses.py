@@ -1,11 +1,7 @@
 """Ulysses sequence parallelism on fake tensors (DeepSpeed's `UlyssesSPAttentionHF`, ALST's multi-GPU lever): each of
 `sp` ranks holds 1/sp of the sequence everywhere but inside attention, where an all-to-all hands it the whole sequence
 for 1/sp of the heads (KV heads replicated when there are fewer than ranks, as DeepSpeed 0.19.8 does) and another
-all-to-all gives the output back. On fake tensors an all-to-all is its output buffer, a new tensor in the other layout,
-in forward and in backward alike; the attention kernel between them runs on the whole sequence. Left out: the
-contiguous copies DeepSpeed makes around each all-to-all (`rearrange(...).contiguous()`), the keys' and values' copy
-when it repeats KV heads for more ranks than heads, and the all-gather of the position ids. Each all-to-all charges
-the bytes it brings this rank, (sp - 1) / sp of its output, for the time model."""
+all-to-all gives the output back."""
 
 import torch
 

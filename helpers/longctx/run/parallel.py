@@ -1,7 +1,6 @@
 """Split the sequence across processes: context parallelism (CP: accelerate `ParallelismConfig(cp_size=N)`, FSDP2,
 torch's ring attention; causal only, each rank holding two chunks, for load balance) and DeepSpeed Ulysses (SP: an
-all-to-all swaps the token split for a head split around attention). `launch()` runs `cp_worker` on N processes
-through torchrun (gloo on CPUs, NCCL on GPUs), refusing before any starts, failing with the run's own error text."""
+all-to-all swaps the token split for a head split around attention)."""
 
 import json
 import os
@@ -64,10 +63,7 @@ def launch(
     documents=None,
 ):  # fmt: skip
     """A ParallelRun: one SFTTrainer step of `model` (weights in `dtype`) on one `seq_len`-token sequence over `nprocs`
-    processes of this machine's device, all stopped after `timeout` seconds. `args`: a function of the world size that
-    returns the SFTConfig every rank trains with (a lesson writes it; it travels to the ranks by value, through dill);
-    without it, cp_worker.sft_call's config (`checkpointing` as given). `documents`: token-id lists to train on instead
-    of one window of the corpus (`seq_len` then their total, as a padding-free batch puts them in one row)."""
+    processes of this machine's device, all stopped after `timeout` seconds."""
     models.torch_dtype(dtype)  # refuse an unknown dtype before a process starts
     check_choice("mode", mode, MODES)
     if mode == "single" and nprocs != 1:

@@ -197,8 +197,7 @@ def _num(value) -> bool:
 
 def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = True) -> None:
     """Refuse, naming the fix, a parameter the notebook does not have, or a value outside its type, range or
-    relations. `on_cpu`: the run's processes share this machine's CPU cores. `weights=False` leaves out
-    the check that a model folder holds weights (a dry run checks a folder whose weights the real run writes first)."""
+    relations."""
     declared = schema(notebook)
     if unknown := [name for name in params if name not in declared["properties"]]:
         raise LongctxError(f"{notebook} has no parameter {unknown[0]!r}. Its parameters: {', '.join(declared['properties'])}.")

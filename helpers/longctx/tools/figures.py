@@ -32,7 +32,6 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     from longctx import data
     from longctx.run import harness
 
-    harness.check_timeout(timeout)
     own = {"index.md": False, RUNS: True, **{f"{name}.{ext}": False for name in GUIDE_FIGURES for ext in ("png", "svg")}}
     out = files.claim(build_dir() / "figures" / size if out is None else out, "figures", own, force=force, write=False)
     notebooks = sorted(set(GUIDE_FIGURES.values()))

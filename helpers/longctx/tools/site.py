@@ -15,15 +15,13 @@ from longctx.errors import LongctxError, check_choice
 from longctx.paths import REPO, build_dir
 from longctx.tools.figures import GUIDE_FIGURES
 
-TABLE_TAGS = ("div", "table", "thead", "tbody", "tr", "th", "td")  # a pandas DataFrame's HTML output
 GLOSSARY = "GLOSSARY.md"  # at the top of the repository; the lessons link it as ../GLOSSARY.md
 CALCULATOR = REPO / "calculator"  # the memory calculator page, its script and its data (scripts/calculator_data.py)
 
 
 def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None, figures=None, progress=True) -> Path:
-    """Build the site of the runs at `size` into `out` (default build/site/<size>/). `runs`: notebook → executed
-    .ipynb beside its results.json (default: build/<notebook>/ where it ran at `size`); `figures`: `longctx figures`'
-    folder (default build/figures/<size>/)."""
+    """Build the site of the runs at `size` into `out` (default build/site/<size>/); `runs` (notebook → executed .ipynb)
+    and `figures` (a folder) replace what build/ holds."""
     from longctx.run import harness
 
     if missing := [m for m in ("mkdocs", "material", "mkdocs_jupyter") if importlib.util.find_spec(m) is None]:
@@ -33,14 +31,13 @@ def build(size="cpu", out: str | Path | None = None, *, runs: dict | None = None
         )
     check_choice("size", size, harness.SIZES)
     out = files.claim(build_dir() / "site" / size if out is None else out, "site", write=False)  # new, empty, or a site
-    if runs is None:
-        runs = {}
-        for name in harness.notebooks():  # a run at this size, or one too damaged to say its size (refused below)
-            executed = build_dir() / name / f"{name}.ipynb"
-            results = executed.parent / "results.json"
-            if (files.json_object(results) or {}).get("size") == size:
-                runs[name] = executed
-    runs = {name: _checked_run(name, Path(executed), size) for name, executed in runs.items()}
+    if runs is None:  # the runs at this size that `longctx run` marked as its own (anything else there is not shown)
+        folders = {name: build_dir() / name for name in harness.notebooks()}
+        runs = {
+            name: folder / f"{name}.ipynb"
+            for name, folder in folders.items()
+            if files.claimed(folder, "run") and (files.json_object(folder / "results.json") or {}).get("size") == size
+        }
     with files.staging(out) as tmp:  # built in a fresh folder beside `out`, then swapped in whole (files.swap_in)
         docs, site = Path(tmp) / "docs", Path(tmp) / "site"
         nav = _write_docs(docs, size, runs, Path(figures) if figures else build_dir() / "figures" / size)
@@ -77,40 +74,8 @@ def _mkdocs(docs: Path, site: Path, size: str, nav: list, progress: bool) -> Non
     logger.setLevel(level if progress else logging.ERROR)
     try:
         mkdocs_build(load_config(config_file=str(docs.parent / "mkdocs.yml")))
-    except OSError:
-        raise
-    except Exception as exc:  # MkDocs' own error types (Abort in strict mode, config errors)
-        raise LongctxError(f"MkDocs could not build the site: {exc}") from None
     finally:
         logger.setLevel(level)
-
-
-def _checked_run(name: str, executed: Path, size: str) -> Path:
-    """A run the site shows: one `longctx run` wrote (its marker beside it), at `size`, its notebook readable. Refused by
-    name otherwise, before anything is built."""
-    import nbformat
-
-    results = files.json_object(executed.parent / "results.json") or {}
-    why = None if files.claimed(executed.parent, "run") else "no `longctx run` wrote it"
-    if why is None and (results.get("size"), results.get("notebook")) != (size, name):
-        why = f"its results.json is not of {name} at size {size!r}"
-    if why is None:
-        try:
-            nbformat.validate(nbformat.read(executed, as_version=4))  # (MkDocs' reader would stop on it, naming no file)
-        except Exception as exc:  # absent, cut, or not a notebook: nbformat's several error types
-            why = f"{executed.name} cannot be read as a notebook ({type(exc).__name__})"
-    if why:
-        raise LongctxError(
-            f"The run in {executed.parent} cannot be shown: {why}. Run the lesson again (`longctx run {name[:2]} "
-            f"--size {size}`) or move that folder away; the site was not changed."
-        )
-    return executed
-
-
-def _numbers_only(metadata: dict) -> dict:
-    """An output's metadata with only its numbers and flags kept (nested by MIME type)."""
-    kept = {k: _numbers_only(v) if isinstance(v, dict) else v for k, v in metadata.items()}
-    return {k: v for k, v in kept.items() if isinstance(v, (dict, bool, int, float))}
 
 
 def _write_docs(docs: Path, size: str, runs: dict[str, Path], figures: Path) -> list:
@@ -163,20 +128,9 @@ def _lesson_page(executed: Path, page: Path, name: str, following: str | None) -
     """The executed notebook with a cell on top naming its run and a link to the next lesson at the end. nbconvert
     renders its cells as written (MkDocs rewrites only .md pages): links to a notebook or the glossary are made .html."""
     import nbformat
-    from nbconvert.preprocessors.sanitize import SanitizeHTML
 
     nb = nbformat.read(executed, as_version=4)
-    clean = SanitizeHTML(attributes={"*": ["class"], "table": ["border"]})
-    clean.tags = [*clean.tags, *TABLE_TAGS]
-    # Markdown outputs dropped (no lesson writes one): bleach cleans them as HTML, and a Markdown link is no HTML
-    clean.sanitized_output_types = {"text/html"}
-    for cell in nb.cells:  # an output's HTML (a pandas table) kept, a script or an event handler in it escaped
-        if cell.cell_type == "code":
-            cell.outputs = clean.sanitize_code_outputs(cell.outputs)
-            for output in cell.outputs:  # an image's width and height are numbers: text there reaches <img> unquoted
-                if "metadata" in output:
-                    output.metadata = _numbers_only(output.metadata)
-    results = files.json_object(executed.parent / "results.json")  # (checked by _checked_run)
+    results = files.json_object(executed.parent / "results.json")
     versions = ", ".join(f"{k} {v}" for k, v in sorted(results["versions"].items()))
     size, finished = results["size"], results["finished"]
     edited = {

@@ -1,8 +1,5 @@
-"""Parameter sweeps: each point of a grid run by the harness in a temporary folder renamed into place when it
-finished (`point.json` with its key: Sweep.key), so a sweep resumes and leaves no half result. Out of memory is a
-result ("oom", never re-run); so is a time-out ("timed out", re-run only under a longer --timeout); any other failure
-is retried by the next run. Executors: "local" (`jobs` at once) and
-SLURM through submitit ("slurm-local" / "slurm-debug" rehearse without a cluster). Then a CSV table and a plot."""
+"""Parameter sweeps: each point of a grid run by the harness in a temporary folder renamed into place when it finished
+(`point.json` with its key: Sweep.key), so a sweep resumes and leaves no half result."""
 
 import ast
 import contextlib
@@ -12,7 +9,6 @@ import hashlib
 import importlib.util
 import itertools
 import json
-import math
 import os
 import platform
 import shutil
@@ -37,7 +33,6 @@ from longctx.run import harness, needs
 EXECUTORS = ("local", "slurm", "slurm-local", "slurm-debug")
 # the libraries a point's result can depend on: 00's LoRA (peft), the data path, 04's DeepSpeed, the notebook runner
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "tokenizers", "numpy", "deepspeed", "papermill")
-MAX_POINTS = 10_000
 OWN = {"points": True, "source": True, "submitit": True, ".lock": False, "sweep.csv": False, "slurm.json": False}
 OOM_NAMES = ("OutOfMemoryError", "MemoryError", harness.OOM_KILLED)
 FINISHED = ("ok", "oom", "timed out")  # a point's outcomes that are results (the others are retried)
@@ -76,13 +71,11 @@ class Sweep:
     def __post_init__(self) -> None:
         path = harness.resolve(self.notebook)
         self.notebook, self.path = path.stem, path  # the very file given (a copy runs as itself)
-        self.limit = harness.time_limit(self.notebook, self.size, harness.check_timeout(self.timeout))[0]
+        self.limit = harness.time_limit(self.notebook, self.size, self.timeout)[0]
         if not self.grid:
             raise LongctxError("The grid is empty: give at least one --grid KEY=V1,V2.")
         if both := sorted(set(self.grid) & set(self.fixed)):
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
-        if (count := math.prod(len(v) for v in self.grid.values())) > MAX_POINTS:
-            raise LongctxError(f"The grid has {count:,} points (at most {MAX_POINTS:,}); sweep fewer values.")
         self._base = harness.size_params(path, self.size)  # an unknown size refused
         self._defaults = harness.declared_parameters(path)
         for point in self.points():  # every point's names, types and ranges, before anything runs
@@ -169,10 +162,7 @@ def _read_record(folder: Path) -> dict:
 
 def slurm_task(*call) -> dict:
     """run_point as a task of the sweep's SLURM array (what the sweep submits: a task is never guessed from the
-    environment, which a shell inside a job shares). SLURM warns a task of its time limit with SIGUSR2 (submitit's
-    --signal), up to a minute early: submitit would requeue a task it takes for preempted, and the kernel (which
-    inherits this) would die of it. SLURM's SIGTERM (scancel, Ctrl-C of the sweep, the time limit, a node going down)
-    also ends the kernel: the point is recorded as cancelled."""
+    environment, which a shell inside a job shares)."""
     stopped: list[int] = []
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
@@ -191,10 +181,8 @@ def slurm_task(*call) -> dict:
 def run_point(
     notebook: str, size: str, params: dict, folder: str, runner=None, key: str | None = None, timeout=None, slurm=None
 ) -> dict:  # fmt: skip
-    """Execute one point into `folder` atomically, stopped after `timeout` minutes, and return its record (also
-    written as point.json). Safe to call in another process (SLURM job, pool worker): one copy of a point runs at a
-    time (a requeued SLURM task beside a live one returns at once), and a finished point is never run again.
-    `slurm`: (the task's job id, the signals SLURM sent it), from slurm_task."""
+    """Execute one point into `folder` atomically, stopped after `timeout` minutes, and return its record (also written
+    as point.json)."""
     folder = Path(folder)
     if is_done(folder, key, timeout):
         return _read_record(folder)
@@ -245,9 +233,7 @@ def _place(tmp: Path, folder: Path, record: dict) -> dict:
 
 
 def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, metric: str | None = None, progress=True) -> Path:
-    """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path.
-    `slurm`: the options of tools.slurm.OPTIONS (partition, gpus, time in minutes, account, qos, mem in GB,
-    cpus_per_task)."""
+    """Run the pending points of `sweep`, then write the table (and the plot of `metric`); returns the CSV path."""
     check_choice("executor", executor, EXECUTORS)
     _check_recorded(metric, sweep)
     slurm = {k: v for k, v in (slurm or {}).items() if v is not None}
