@@ -4,19 +4,21 @@ projects/sequence-parallelism/run-h100-sp1-llama-8b.yml): DeepSpeed ZeRO's optim
 
 import pytest
 import torch
+from transformers import LlamaConfig
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from longctx import LongctxError, models
-from longctx.guide import ALST_ONE_GPU
+from longctx.guide import ALST_ONE_GPU, ALST_ONE_NODE
 from longctx.levers.fused_norm import FusedRMSNorm, fuse_norms
+from longctx.levers.host_state import HostState
 from longctx.memory import cards, timing
-from longctx.memory.estimate import estimate
+from longctx.memory.costs import COL
+from longctx.memory.estimate import estimate, reach
 from longctx.units import GIB
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_fused_norm_computes_what_transformers_norm_does(dtype):
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
-
     torch.manual_seed(0)
     norm = Qwen3RMSNorm(48).to(dtype)
     norm.weight.data.uniform_(0.5, 1.5)
@@ -62,7 +64,7 @@ def test_fuse_norms_routes_every_llama_style_norm_and_refuses_a_model_without_on
     config = dict(model_type="gpt_neox", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000,
                   intermediate_size=128)  # fmt: skip
     (tmp_path / "config.json").write_text(__import__("json").dumps(config))
-    with pytest.raises(LongctxError, match="no Llama-style RMSNorm"):
+    with pytest.raises(LongctxError, match="--fused-norm"):
         estimate(str(tmp_path / "config.json"), 256, fused_norm=True)
 
 
@@ -124,25 +126,9 @@ def test_an_offloaded_optimizer_steps_on_the_host_at_cpu_adams_rate():
     assert extra == 2 * 2 * layers + (2 + 2 + 4) * total + 2 * (total - layers)
 
 
-@pytest.mark.parametrize(
-    "kwargs,fragment",
-    [
-        (dict(offload_params=True), "offload_optimizer"),
-        (dict(offload_optimizer=True, offload_params=True, checkpointing=False), "checkpointing"),
-        (dict(offload_optimizer=True, fake=False, device="cpu"), "fake"),
-    ],
-)
-def test_state_offload_refusals(kwargs, fragment):
-    with pytest.raises(LongctxError) as err:
-        estimate("tiny", 256, **kwargs)
-    assert fragment in str(err.value)  # the parameter or flag it names
-
-
 def test_alsts_one_gpu_recipe_fits_an_h100_at_500k_where_the_guides_levers_do_not():
     """Llama-3.1-8B at ALST's 500,000 tokens on one H100: the guide's levers and TiledMLP do not fit; with the
     optimizer and weights on the host they do, and the fused norm takes its backward's fp32 temporaries off."""
-    from transformers import LlamaConfig
-
     cfg, capacity, n = LlamaConfig(**models.LLAMA_3_1_8B), cards.capacity("H100-80GB")[0], ALST_ONE_GPU.value
     base = dict(offload=True, tiled_mlp=True)
     guide = estimate(cfg, n, **base)
@@ -160,9 +146,6 @@ def test_alsts_one_gpu_recipe_fits_an_h100_at_500k_where_the_guides_levers_do_no
 def test_with_the_state_on_the_host_the_reach_on_one_h100_is_within_10_percent_of_alsts():
     """The issue's bar: ALST's one-GPU recipe without the fused norm reaches within 10% of its 500K on the estimator
     (with the fused norm it goes past: lesson 07 traces why ALST's run stops at 500K)."""
-    from transformers import LlamaConfig
-
-    from longctx.memory.estimate import reach
 
     levers = dict(offload=True, tiled_mlp=True, offload_optimizer=True, offload_params=True)
     found = reach(LlamaConfig(**models.LLAMA_3_1_8B), cards.capacity("H100-80GB")[0], multiple=8192, **levers)
@@ -173,8 +156,6 @@ def test_ulysses_shards_the_state_and_splits_attentions_work_over_the_ranks():
     """Ulysses over 4 ranks (memory/ulysses.py; the state sharded by FSDP2 as ZeRO-3 does): a rank holds a quarter of
     the weights, gradients and AdamW state, a quarter of the sequence's saved inputs, and runs a quarter of the
     attention FLOPs of the whole step (all the tokens, a quarter of the heads)."""
-    from longctx.memory.costs import COL
-
     one = estimate("qwen3-0.6b", 16384, offload=True)
     four = estimate("qwen3-0.6b", 16384, offload=True, sp_size=4)
     assert four.meta["tokens_per_rank"] == 16384 // 4 and four.band_bytes == one.band_bytes // 4
@@ -185,27 +166,9 @@ def test_ulysses_shards_the_state_and_splits_attentions_work_over_the_ranks():
     assert timing.step_time(four, "H100-80GB")["gpus"] == 4
 
 
-@pytest.mark.parametrize(
-    "kwargs,fragment",
-    [
-        (dict(sp_size=3), "sp_size"),
-        (dict(sp_size=2, attn_implementation="eager"), "sdpa"),
-        (dict(sp_size=2, cp_size=2), "cp_size"),
-        (dict(sp_size=16), "sp_size"),
-    ],
-)
-def test_ulysses_refusals(kwargs, fragment):
-    with pytest.raises(LongctxError) as err:
-        estimate("tiny", 1024, **kwargs)
-    assert fragment in str(err.value)  # the parameter it names
-
-
 def test_alsts_node_point_fits_eight_h100s_with_ulysses_and_its_levers():
     """Llama-3.1-8B at ALST's 3.7M tokens over 8 H100s with Ulysses SP, offload, the tiled MLP and the fused norm: a
     rank fits; without the fused norm it does not."""
-    from transformers import LlamaConfig
-
-    from longctx.guide import ALST_ONE_NODE
 
     cfg, capacity = LlamaConfig(**models.LLAMA_3_1_8B), cards.capacity("H100-80GB")[0]
     n = ALST_ONE_NODE.value // 8 * 8
@@ -215,8 +178,6 @@ def test_alsts_node_point_fits_eight_h100s_with_ulysses_and_its_levers():
 
 def test_parameter_offload_refuses_a_model_that_would_not_recompute():
     """Without checkpointing in training mode, backward would read weights already sent back to the host."""
-    from longctx.levers.host_state import HostState
-
     model = models.load("tiny", seed=0)
-    with pytest.raises(LongctxError, match="checkpointing on"):
+    with pytest.raises(LongctxError, match="checkpointing"):
         HostState(model.eval(), "cpu", params=True, lr=1e-3, bucket=1)

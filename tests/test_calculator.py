@@ -2,11 +2,12 @@
 offers, and so is lesson 07's reach table (calculator/reach.json). The page itself is checked in Chromium by
 tests/browser/test_site_browser.py (`make site-check`)."""
 
+import importlib.util
 import json
 
 import pytest
 
-from longctx.memory import explore, timing
+from longctx.memory import cards, explore, timing
 from longctx.memory.estimate import estimate
 from longctx.memory.plan import ladder, short_label
 from longctx.paths import REPO
@@ -47,8 +48,6 @@ def test_the_page_shows_what_longctx_estimate_gives(model, seq_len, step):
 
 def _reach_table():
     """scripts/reach_table.py, imported from its file (scripts/ is not a package), and the data it committed."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("reach_table", REPO / "scripts" / "reach_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -56,8 +55,6 @@ def _reach_table():
 
 
 def test_the_reach_table_covers_every_model_card_and_lever_set():
-    from longctx.memory import cards
-
     script, data = _reach_table()
     assert data["models"] == list(script.MODELS) and data["lever_sets"] == script.LEVER_SETS
     assert data["cards"] == {c: round(cards.capacity(c)[0], 4) for c in script.CARDS}
@@ -80,8 +77,6 @@ def test_the_reach_table_covers_every_model_card_and_lever_set():
     ],
 )
 def test_a_reach_table_cell_fits_and_one_step_more_does_not(model, levers, card):
-    from longctx.memory import cards
-
     script, data = _reach_table()
     cell, kwargs = data["reach"][model][levers][card], data["lever_sets"][levers]
     step = data["multiple"][str(kwargs.get("cp_size", 1))]

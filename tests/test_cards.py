@@ -8,6 +8,7 @@ from transformers import LlamaConfig
 
 from longctx import LongctxError
 from longctx.memory import cards
+from longctx.paths import REPO
 from longctx.tools.cli import main
 from longctx.units import GIB, MIB
 
@@ -23,8 +24,6 @@ def test_a_card_is_its_reported_total_not_its_name():
 
 
 def test_the_h200_is_what_our_h200_reported_and_the_cache_margin_is_what_it_measured():
-    from longctx.paths import REPO
-
     report = json.loads((REPO / "benchmarks/results/gpu_check-h200-2026-12-04/2-tracker-fixed/gpu_check.json").read_text())
     assert cards.capacity("H200")[0] == report["measure"]["capacity_gib"]
     steps = [e for e in report["measure"]["estimates"] if e.get("allocator_peak_gib")]

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from trl import SFTConfig, SFTTrainer
 
 from longctx import LongctxError, data, models, train
 from longctx.levers import compiling, neuron, padding
@@ -7,15 +8,13 @@ from longctx.levers import compiling, neuron, padding
 
 def _trainer(tmp_path, dataset, **args):
     """An SFTTrainer on the tiny preset, as a lesson builds one."""
-    from trl import SFTConfig, SFTTrainer
-
     config = SFTConfig(output_dir=str(tmp_path), **args, **train.on_this_machine())
     return SFTTrainer(model=models.load("tiny"), args=config, train_dataset=dataset, processing_class=data.tokenizer())
 
 
 @pytest.mark.parametrize("pad", [0, -64, 1.5, "128", True])
 def test_bad_padding_multiples_are_refused(pad):
-    with pytest.raises(LongctxError, match="positive integer, None or 'auto'"):
+    with pytest.raises(LongctxError, match="pad_to_multiple_of"):
         padding.check_padding(pad, None)
 
 
@@ -24,7 +23,7 @@ def test_auto_padding_follows_trl():
 
 
 def test_max_length_must_be_a_multiple_of_the_padding():
-    with pytest.raises(LongctxError, match="max_length=384 or 512"):
+    with pytest.raises(LongctxError, match="max_length"):
         padding.check_padding(128, 500)
     assert padding.check_padding(64, 512) == 64 and padding.check_padding(None, 500) is None
 
@@ -34,7 +33,7 @@ def test_neuron_core_sets(cores, ok):
     if ok:
         assert neuron.check_neuron_cores(cores)
     else:
-        with pytest.raises(LongctxError, match="0,1 / 2,3 / 0-3"):
+        with pytest.raises(LongctxError, match="NEURON_RT_VISIBLE_CORES"):
             neuron.check_neuron_cores(cores)
 
 
@@ -77,8 +76,6 @@ def test_recompile_limit_is_raised_so_no_shape_falls_back_to_eager():
 
 
 def test_compile_structure_from_a_probe_and_its_refusal():
-    from longctx.levers import compiling
-
     def probe(shapes, step_compiles):
         return compiling.CompiledRun(None, padding.Census(shapes), shapes, compiling.CompileCounter(), 0.0, step_compiles)
 

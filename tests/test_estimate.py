@@ -1,12 +1,35 @@
 import json
 from types import SimpleNamespace
 
+import ipywidgets
+import nbformat
+import numpy as np
 import pytest
+import torch
+import transformers
+from jupyter_client.session import Session
+from nbclient.client import NotebookClient
+from nbclient.output_widget import OutputWidget
+from torch._subclasses.fake_tensor import FakeTensorMode
+from transformers import (
+    BertConfig,
+    DeepseekV2Config,
+    Gemma2Config,
+    Gemma3TextConfig,
+    LlamaConfig,
+    MistralConfig,
+    Qwen3MoeConfig,
+    T5Config,
+)
 
-from longctx import LongctxError
-from longctx.lengths import parse_length
-from longctx.memory import timing
+from longctx import LongctxError, models
+from longctx.lengths import MAX_TOKENS, parse_length
+from longctx.memory import estimate as est
+from longctx.memory import gpu_kernels, repeat, timing
 from longctx.memory.estimate import estimate
+from longctx.memory.explore import explore
+from longctx.memory.measure import measure
+from longctx.models import LLAMA_3_2_1B
 from longctx.tools.cli import main
 
 
@@ -18,15 +41,6 @@ def test_estimate_matches_the_real_step_on_a_tiny_model(loss, checkpointing):
     assert fake.peak_bytes == pytest.approx(real.peak_bytes, rel=0.02)
     for category in ("parameters", "gradients", "optimizer", "activations", "temporaries"):
         assert fake.max_by_category()[category] == pytest.approx(real.max_by_category()[category], rel=0.02)
-
-
-def test_offload_moves_saved_inputs_to_host():
-    plain = estimate("small", 512)
-    off = estimate("small", 512, offload=True)
-    layers = plain.meta["saved_layer_tensors"]
-    assert layers >= 4 and off.meta["saved_layer_tensors"] < layers
-    assert off.host_peak_bytes >= 4 * off.band_bytes  # the 4 layers' inputs (at least) live on the host
-    assert off.peak_bytes < plain.peak_bytes
 
 
 @pytest.mark.parametrize(
@@ -44,6 +58,17 @@ def test_offload_moves_saved_inputs_to_host():
         (dict(seq_len=64, attn_implementation="flex"), "attn_implementation"),
         (dict(seq_len=64, attn_implementation="flash_attention_2", device="cpu"), "device"),
         (dict(seq_len=64, attn_implementation="flash_attention_2", cp_size=2), "attn_implementation"),
+        (dict(seq_len=1024, cp_size=3), "cp_size"),  # context parallelism over a power of two of GPUs
+        (dict(seq_len=1024, cp_size=2, fake=False), "fake"),
+        (dict(seq_len=1024, mixed_precision=True), "mixed_precision"),  # FSDP2's: with CP or SP
+        (dict(seq_len=1024, cp_size=128), "cp_size"),
+        (dict(seq_len=256, offload_params=True), "offload_optimizer"),  # DeepSpeed offloads both
+        (dict(seq_len=256, offload_optimizer=True, offload_params=True, checkpointing=False), "checkpointing"),
+        (dict(seq_len=256, offload_optimizer=True, fake=False, device="cpu"), "fake"),
+        (dict(seq_len=1024, sp_size=3), "sp_size"),
+        (dict(seq_len=1024, sp_size=2, attn_implementation="eager"), "sdpa"),  # Ulysses needs a fused kernel
+        (dict(seq_len=1024, sp_size=2, cp_size=2), "cp_size"),
+        (dict(seq_len=1024, sp_size=16), "sp_size"),  # must divide the heads
     ],
 )
 def test_bad_estimates_are_refused(kwargs, named):
@@ -53,8 +78,6 @@ def test_bad_estimates_are_refused(kwargs, named):
 
 
 def test_cli_estimate_json(capsys, tmp_path):
-    from longctx import models
-
     models.config("tiny").save_pretrained(tmp_path)
     assert main(["estimate", "--model", str(tmp_path / "config.json"), "--seq-len", "1k", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -76,22 +99,14 @@ def test_lengths_parse():
 
 
 def test_cuda_measurement_without_cuda_is_refused():
-    import torch
-
-    from longctx.memory.measure import measure
-
     if torch.cuda.is_available():
         pytest.skip("checks the refusal on a machine without CUDA")
-    with pytest.raises(LongctxError, match="no CUDA device"):
+    with pytest.raises(LongctxError, match="cuda"):
         measure(lambda: None, model=torch.nn.Linear(2, 2), device="cuda")
 
 
 def test_reach_finds_the_longest_fitting_length_and_walks_over_a_flat_peak(monkeypatch):
     """On a stand-in peak (the real estimator's reach is held by the calculator's committed table: test_calculator)."""
-    from types import SimpleNamespace
-
-    from longctx.lengths import MAX_TOKENS
-    from longctx.memory import estimate as est
 
     calls = []
 
@@ -117,10 +132,6 @@ def test_reach_finds_the_longest_fitting_length_and_walks_over_a_flat_peak(monke
 
 
 def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
-    from transformers import BertConfig, T5Config
-
-    from longctx import models
-
     for config in (BertConfig(), T5Config()):
         with pytest.raises(LongctxError, match=config.model_type):
             estimate(config, 128)
@@ -151,8 +162,6 @@ def test_the_gpu_step_drops_the_cpu_head_temporaries_and_the_for_loop_optimizer_
 
 
 def test_checkpointed_layer_inputs_are_counted_by_identity_not_by_size():
-    from transformers import LlamaConfig
-
     # other activations of a layer input's byte size exist too (the size census counts 6 here)
     cfg = LlamaConfig(
         hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, vocab_size=512
@@ -162,28 +171,7 @@ def test_checkpointed_layer_inputs_are_counted_by_identity_not_by_size():
     assert estimate(cfg, 512, dtype="fp32", device="cpu", offload=True).meta["saved_layer_tensors"] == 0
 
 
-def test_a_sliding_window_model_says_what_its_masks_cost_and_flash_attention_builds_none():
-    from transformers import MistralConfig
-
-    cfg = MistralConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        vocab_size=1000,
-        sliding_window=512,
-    )
-    sdpa = estimate(cfg, 4096)
-    flash = estimate(cfg, 4096, attn_implementation="flash_attention_2")
-    assert sdpa.meta["sliding_window"] == 512
-    assert sdpa.meta["attention_mask_gib"] * 2**30 == 4096 * 4096  # one boolean (seq × seq) mask
-    assert flash.meta["attention_mask_gib"] == 0 and flash.peak_bytes < sdpa.peak_bytes
-
-
 def test_the_estimate_dtype_wins_over_a_dtype_the_config_names():
-    from longctx import models
-
     named = models.config("tiny")
     named.dtype = "bfloat16"  # as most hub configs say
     fp32 = estimate(named, 256, dtype="fp32", device="cpu")
@@ -233,9 +221,6 @@ def _llama_backward_peak_bytes(c, s: int) -> int:
 @pytest.mark.slow
 def test_a_held_out_family_on_the_gpu_path_matches_a_formula_written_from_its_code():
     """Llama-3.2-1B's shapes (not a preset): the CUDA-path estimate within 3% of the hand count at two lengths."""
-    from transformers import LlamaConfig
-
-    from longctx.models import LLAMA_3_2_1B
 
     cfg = LlamaConfig(**LLAMA_3_2_1B)
     for s in (32768, 65536):
@@ -248,8 +233,6 @@ def test_a_held_out_family_on_the_gpu_path_matches_a_formula_written_from_its_co
 
 
 def _deepseek_v2():
-    from transformers import DeepseekV2Config
-
     # MLA: queries and keys 24 wide (16 without rotary + 8 rotary), values 16
     return DeepseekV2Config(
         hidden_size=64,
@@ -272,11 +255,6 @@ def _deepseek_v2():
 
 
 def test_mla_models_whose_values_are_narrower_than_their_queries_are_estimated_on_the_gpu_path():
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from longctx.memory import gpu_kernels
-
     with FakeTensorMode():
         q, v = torch.empty(1, 4, 256, 24, dtype=torch.bfloat16), torch.empty(1, 4, 256, 16, dtype=torch.bfloat16)
         assert gpu_kernels.flash_attention(q, q, v).shape == (1, 4, 256, 16)  # the output is as wide as the values
@@ -287,20 +265,16 @@ def test_mla_models_whose_values_are_narrower_than_their_queries_are_estimated_o
 
 
 def test_a_family_transformers_runs_on_other_kernels_only_is_told_which():
-    from transformers import Gemma2Config
-
     gemma2 = Gemma2Config(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16
     )
-    with pytest.raises(LongctxError, match="--attn flash_attention_2 or --attn eager") as err:
+    with pytest.raises(LongctxError, match="--attn") as err:
         estimate(gemma2, 256)
     assert "config.json" not in str(err.value)  # the config is fine
     assert estimate(gemma2, 256, attn_implementation="flash_attention_2").peak_bytes > 0
 
 
 def _qwen3_moe(layers: int = 6):
-    from transformers import Qwen3MoeConfig
-
     return Qwen3MoeConfig(
         hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2, vocab_size=4096,
@@ -308,10 +282,6 @@ def _qwen3_moe(layers: int = 6):
 
 
 def _llama_3_2_1b():
-    from transformers import LlamaConfig
-
-    from longctx.models import LLAMA_3_2_1B
-
     return LlamaConfig(**LLAMA_3_2_1B)
 
 
@@ -350,8 +320,6 @@ def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
     """Traced at 3 and 4 layers and extended, a tiled MLP's middle shards too (memory/repeat.py), vs every layer and
     shard traced: the same timeline and costs, row by row, to the byte — or, where AdamW's foreach kernels group an MoE's expert
     tensors, within 0.1% of the peak (a few bytes in a few optimizer rows)."""
-    import numpy as np
-
     model, seq_len, levers = FAST_CASES[case]
     model = model() if callable(model) else model
     fast, exact = estimate(model, seq_len, **levers), estimate(model, seq_len, exact=True, **levers)
@@ -371,10 +339,6 @@ def test_the_fast_estimate_is_the_full_trace_to_the_byte(case):
 
 
 def test_layers_that_differ_are_traced_whole():
-    from transformers import Gemma3TextConfig
-
-    from longctx.memory import repeat
-
     sizes = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
     sliding = Gemma3TextConfig(**sizes, num_hidden_layers=6, head_dim=16, sliding_window=64)  # 5 sliding layers, 1 full
     assert not repeat.identical_layers(sliding) and repeat.identical_layers(_qwen3_moe())
@@ -383,9 +347,6 @@ def test_layers_that_differ_are_traced_whole():
 
 @pytest.mark.exhaustive
 def test_explore_redraws_the_estimate_when_a_control_changes():
-    from longctx.memory import timing
-    from longctx.memory.explore import explore
-
     box = explore("deep", 4096, models=())
     first = box.state
     assert first["peak_gib"] == pytest.approx(estimate("deep", 4096).peak_gib) and first["host_gib"] == 0
@@ -405,13 +366,6 @@ def test_the_explorer_holds_no_output_widget_which_nbclient_answers_over_the_she
     waits there for the cell's reply; a headless run of lesson 06 then waited on a reply until its time limit
     (jupyter/nbclient#312, open). The explorer draws into a display instead. When this test's first half fails, nbclient
     no longer answers that way."""
-    import ipywidgets
-    import nbformat
-    from jupyter_client.session import Session
-    from nbclient.client import NotebookClient
-    from nbclient.output_widget import OutputWidget
-
-    from longctx.memory.explore import explore
 
     registry = NotebookClient(nbformat.v4.new_notebook()).widget_registry
     assert registry == {"@jupyter-widgets/output": {"OutputModel": OutputWidget}}  # the one widget it stands in for
@@ -431,8 +385,6 @@ def test_the_explorer_holds_no_output_widget_which_nbclient_answers_over_the_she
 
 
 def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):
-    from transformers import MistralConfig
-
     MistralConfig(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
         vocab_size=256, sliding_window=256,
@@ -441,7 +393,8 @@ def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):
     out = capsys.readouterr().out
     masked = estimate(str(tmp_path / "config.json"), 2048)
     flash = estimate(str(tmp_path / "config.json"), 2048, attn_implementation="flash_attention_2")
-    assert masked.meta["attention_mask_gib"] > 0 and flash.meta["attention_mask_gib"] == 0
+    assert masked.meta["sliding_window"] == 256 and flash.peak_bytes < masked.peak_bytes
+    assert masked.meta["attention_mask_gib"] * 2**30 == 2048 * 2048 and flash.meta["attention_mask_gib"] == 0  # one bool mask
     assert f"masks of {masked.meta['attention_mask_gib']:.2f} GiB" in out
     assert f"peaks at {flash.peak_gib:.2f} GiB, {masked.peak_gib - flash.peak_gib:.2f} GiB less" in out
 
@@ -449,8 +402,6 @@ def test_the_mask_note_gives_the_cost_the_trace_measured(tmp_path, capsys):
 def test_the_tiled_mlp_lever_matches_a_real_step_and_takes_the_mlp_off_the_peak():
     """ALST's TiledMLP (DeepSpeed's function, longctx.levers.tiled_mlp) on a tiny model whose MLP sets the peak: the fake-tensor
     estimate and the real CPU step agree with and without it, and tiling lowers the peak."""
-    from longctx import models
-
     wide = models.config("tiny", intermediate_size=8192)  # 128 × hidden: the MLP's activations dwarf the plain logits
     peaks = {}
     for tiled in (False, True):
@@ -480,7 +431,7 @@ def test_the_tiled_mlp_lever_matches_a_real_step_and_takes_the_mlp_off_the_peak(
                 num_experts_per_tok=2,
                 vocab_size=1000,
             ),
-            "one dense MLP per layer",
+            "--tiled-mlp",
         ),
     ],
     ids=["no-decoder-layers", "mixture-of-experts"],
@@ -501,8 +452,6 @@ def _published(name: str):
     """transformers' default configs of these classes are the published models' (their docstrings name them):
     Qwen1.5-MoE-A2.7B, Llama-4-Scout-17B-16E's text model, gpt-oss-120b; Granite's with the attention dropout (0.1)
     of IBM's published granite-3 configs."""
-    import transformers
-
     return {
         "qwen2-moe": lambda: transformers.Qwen2MoeConfig(),
         "llama-4-text": lambda: transformers.Llama4TextConfig(),
@@ -561,5 +510,5 @@ def test_the_trainers_bf16_autocast_keeps_fp32_layernorm_inputs(tmp_path):
     assert estimate("tiny", tokens).peak_bytes == estimate("tiny", tokens, autocast=False).peak_bytes
     # FSDP2 (CP) and DeepSpeed (the optimizer's offload) keep the precision themselves: no autocast there
     assert not estimate("tiny", tokens, cp_size=2).meta["autocast"]
-    with pytest.raises(LongctxError, match="autocast=True models accelerate's autocast of a bf16 step on one GPU"):
+    with pytest.raises(LongctxError, match="autocast"):
         estimate("tiny", tokens, cp_size=2, autocast=True)

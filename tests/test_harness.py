@@ -5,13 +5,18 @@ or flag it names and by nothing written, never by its wording."""
 
 import json
 import os
-import shutil
+import signal
 from pathlib import Path
+from types import SimpleNamespace
 
+import papermill as pm
 import pytest
+from filelock import FileLock
+from safetensors.torch import load_file
 
-from longctx import LongctxError
+from longctx import LongctxError, files, pretrain
 from longctx.run import harness, needs, schema
+from longctx.tools import figures, sweep
 from longctx.tools.cli import main
 
 
@@ -30,13 +35,6 @@ def test_a_lesson_is_found_by_stem_number_or_title_and_ci_is_the_gpu_size_swappe
     nb = harness.resolve("00")
     assert harness.declared_parameters(nb) == {"STEPS": 3, "SCALES": [1.0], "SLEEP": 0.0, "END": "save", "SEED": 0}
     assert harness.size_params(nb, "gpu") == {"STEPS": 5} and harness.size_params(nb, "ci") == {"STEPS": 2}
-
-
-def test_every_lessons_sizes_name_only_declared_parameters_within_its_schema():
-    for name, nb in harness.notebooks().items():
-        assert set(harness.sizes(nb)) == set(needs.SIZES), name
-        for size in needs.SIZES:
-            harness.check_parameters(nb, harness.size_params(nb, size), size)
 
 
 def test_values_are_read_as_papermills_p_and_y_read_them():
@@ -131,8 +129,6 @@ def test_papermill_gets_the_same_refusals_in_the_lessons_first_cell(tmp_path, sy
     """One per rule, through papermill itself (no longctx command): a range, a list passed by -p as text, a name the
     lesson lacks. Refused in the first code cell after the parameters, by name, before any work; a run outside the CLI
     gets a folder of its own each time. (Every lesson's first cell is that same call: test_lessons.)"""
-    import papermill as pm
-
     notebook = str(synthetic / "00_synthetic.ipynb")
     # STEPSS: a name the lesson lacks, which papermill only warns about and injects
     for params, named in (({"STEPS": 0}, "STEPS"), ({"SCALES": "[1, 2]"}, "SCALES"), ({"STEPSS": 2}, "STEPSS")):
@@ -178,9 +174,6 @@ def test_a_failed_run_says_why_and_leaves_no_results(synthetic, tmp_path, end, e
 
 
 def test_a_kernel_killed_while_the_machine_ran_out_of_memory_is_out_of_memory(monkeypatch):
-    import signal
-    from types import SimpleNamespace
-
     killed = SimpleNamespace(poll=lambda: -signal.SIGKILL)
     monkeypatch.setattr(harness, "_oom_kills", lambda: 8)
     assert harness._death(killed, 7)[0] == harness.OOM_KILLED  # the machine's count rose while it ran
@@ -203,8 +196,6 @@ def test_time_limits_come_from_the_declared_minutes(synthetic):
 
 
 def test_a_folder_the_command_did_not_write_is_refused_and_left_as_it_was(synthetic, tmp_path, capsys):
-    from longctx.tools import sweep
-
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
@@ -216,8 +207,6 @@ def test_a_folder_the_command_did_not_write_is_refused_and_left_as_it_was(synthe
 
 
 def test_a_link_or_another_kind_of_entry_where_a_command_writes_is_refused(tmp_path):
-    from longctx import files
-
     claimed = files.claim(tmp_path / "run", "run", {"figures": True, "results.json": False})
     theirs = tmp_path / "theirs"
     theirs.mkdir()
@@ -233,10 +222,6 @@ def test_a_link_or_another_kind_of_entry_where_a_command_writes_is_refused(tmp_p
 
 @pytest.mark.slow
 def test_a_second_run_into_a_folder_in_use_is_refused(synthetic, tmp_path):
-    from filelock import FileLock
-
-    from longctx import files
-
     out = files.claim(tmp_path / "out", "run")
     with FileLock(out / ".lock"):  # another run, still writing
         with pytest.raises(LongctxError, match=str(out)):
@@ -260,10 +245,6 @@ def test_an_estimate_that_runs_past_its_limit_is_stopped(capsys):
 
 
 def test_figures_claims_its_folder_and_runs_its_notebooks_under_it(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
-    from longctx.tools import figures
-
     ran = []
 
     def stand_in(nb, size, out, **kwargs):  # the harness's run, writing only the figures regenerate copies
@@ -288,8 +269,6 @@ def test_figures_claims_its_folder_and_runs_its_notebooks_under_it(tmp_path, mon
 
 
 def test_pretrain_never_replaces_a_model_without_force_and_writes_only_its_own_files(tmp_path, capsys):
-    from longctx import pretrain
-
     committed = pretrain.checkpoint_dir()
     before = {p.name: p.stat().st_mtime_ns for p in committed.iterdir()}
     assert "--force" in _refused(capsys, ["pretrain", "--steps", "1"])  # the default: the committed data/yarn-base
@@ -303,10 +282,6 @@ def test_pretrain_never_replaces_a_model_without_force_and_writes_only_its_own_f
 
 
 def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
-    from safetensors.torch import load_file
-
-    from longctx import pretrain
-
     kw = dict(retrieval=1.0, answer_only=True, seq_len=40, steps=2, batch=2, warmup_steps=0, scheduler="constant")
     out = pretrain.pretrain(tmp_path / "r", init=str(pretrain.checkpoint_dir()), progress=False, **kw)
     m = pretrain.manifest(out)
@@ -319,23 +294,3 @@ def test_pretrain_goes_on_from_a_model_teaching_only_the_pass_keys(tmp_path):
     for ids, labels in zip(windows["input_ids"], windows["labels"]):  # answer-only: the loss on the key's tokens alone
         taught = [t for t in labels if t != -100]
         assert len(taught) == 5 and taught == ids[-6:-1]  # the five digits before the full stop
-
-
-def test_a_model_folder_is_checked_by_transformers_own_loading_report(tmp_path):
-    from safetensors.torch import load_file, save_file
-
-    from longctx import models, pretrain
-
-    folder = tmp_path / "model"
-    shutil.copytree(pretrain.checkpoint_dir(), folder)
-    weights = load_file(folder / "model.safetensors")
-    name = sorted(weights)[-1]  # a layer's weight
-    save_file({k: v for k, v in weights.items() if k != name}, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(LongctxError, match=name):  # missing: it would start random
-        models.check_weights(folder)
-    weights[name].view(-1)[0] = float("nan")
-    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(LongctxError, match=name):
-        models.load(str(folder))
-    with pytest.raises(LongctxError, match="MODEL"):  # before a kernel, named by its parameter
-        harness.check_parameters(harness.notebooks()["00_memory_primer"], {"MODEL": str(folder)}, "cpu")

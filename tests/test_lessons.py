@@ -1,11 +1,15 @@
 """What every lesson hands the reader, read from the committed notebooks (nothing is executed here; the
 executed `ci` runs in test_notebooks.py run the same cells, and their asserts, for real)."""
 
+import ast
+import json
 import re
 
 import nbformat
 import pytest
+from nbclient import NotebookClient
 
+from longctx import recipe
 from longctx.paths import REPO
 from longctx.run import harness
 
@@ -40,8 +44,6 @@ def recipe_section(name) -> str:
 def test_every_lesson_builds_what_it_measures_in_plain_sight_and_writes_its_recipe_as_code(name):
     """The TRL configs a lesson teaches are written in its code (SFTConfig(...) for every lesson that trains), and its
     "In your own script" is literal code, which test_notebooks.py holds to the config that ran."""
-    from longctx import recipe
-
     written = recipe.written(recipe_section(name))
     assert set(written) & set(CONFIGS), f"{name}: its recipe writes none of {', '.join(CONFIGS)}"
     code = _code(name)
@@ -61,8 +63,6 @@ def test_a_recipe_that_turns_checkpointing_off_says_why(name):
 
 def bookkeeping(name) -> tuple[int, int]:
     """(lines of code, lines of print(...) and session.record(...) statements) over a lesson's code cells."""
-    import ast
-
     total = kept = 0
     for source in (c.source for c in _cells(name) if c.cell_type == "code"):
         total += sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
@@ -125,9 +125,6 @@ TEMPLATE = REPO / "notebooks" / "templates" / "lesson.ipynb"
 def test_the_lesson_template_has_every_section_a_lesson_needs_and_runs(tmp_path, monkeypatch):
     """notebooks/templates/lesson.ipynb, where README's "Adding a lesson" starts: the sections the tests above ask
     of every lesson, committed clean, and it runs as it stands (its session writes results.json)."""
-    import json
-
-    from nbclient import NotebookClient
 
     nb = nbformat.read(TEMPLATE, as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")

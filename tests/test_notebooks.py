@@ -3,17 +3,18 @@ those runs."""
 
 import json
 import re
+from math import log
 
 import nbformat
 import numpy as np
 import pytest
 
-from longctx import LongctxError, guide
+from longctx import LongctxError, guide, pretrain, recipe
 from longctx.levers import rope
 from longctx.memory.estimate import DEFAULT_DTYPE
 from longctx.paths import REPO, data_dir
 from longctx.run import harness
-from longctx.tools import site
+from longctx.tools import figures, site, sweep
 
 NOTEBOOKS = list(harness.notebooks())
 
@@ -25,36 +26,21 @@ def test_committed_clean(name):
     assert not dirty, f"{name}: cells {dirty} have outputs or execution counts; clear them before committing"
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_one_parameters_cell(name):
-    assert harness.declared_parameters(harness.notebooks()[name])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_the_recipe_a_lesson_writes_is_the_config_it_ran(executed, name):
+def test_the_recipe_a_lesson_writes_is_the_config_it_ran_and_a_sweep_can_plot_what_it_records(executed, name):
     """A lesson's "In your own script" is literal code; each config it writes matches the one the lesson built and ran
-    (recorded as results.json's "recipe"), but for where and how long (recipe.SIZES)."""
+    (recorded as results.json's "recipe"), but for where and how long (recipe.SIZES). `sweep --metric` refuses a name
+    before any point runs by reading the lesson's record(...) calls: every result a run records is among them."""
     from test_lessons import recipe_section
 
-    from longctx import recipe
-
-    written, ran = recipe.written(recipe_section(name)), executed(name, "ci").results["results"].get("recipe", {})
+    results = executed(name, "ci").results["results"]
+    written, ran = recipe.written(recipe_section(name)), results.get("recipe", {})
     shared = sorted(set(written) & set(ran))
     assert shared, f"{name}: no config of its recipe was recorded as run (session.record(recipe=...))"
     for cls in shared:
         assert recipe.drift(written[cls], ran[cls]) == [], f"{name}: {cls}"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_the_results_a_sweep_can_plot_are_read_from_the_lessons_code(executed, name):
-    """`sweep --metric` refuses a name before any point runs by reading the lesson's record(...) calls: every result a
-    run records is among them (a result recorded only at some sizes is left to the finished points to check)."""
-    from longctx.tools import sweep
-
-    recorded = sweep._recorded(harness.notebooks()[name].read_bytes())
-    assert set(executed(name, "ci").results["results"]) <= recorded
+    assert set(results) <= sweep._recorded(harness.notebooks()[name].read_bytes())
 
 
 @pytest.fixture
@@ -373,10 +359,6 @@ def test_06_one_million_tokens(ran):
 
 
 def test_02_yarn(ran):
-    from math import log
-
-    from longctx import pretrain
-
     r = ran("02_yarn")
     res = r.results["results"]
     # the gpu size's path: model folders, text through the same `datasets` call as PG-19 (a parquet copy)
@@ -450,8 +432,6 @@ def test_02_yarn(ran):
 
 def test_figures_collects_every_guide_figure_from_the_runs_it_names(ran, tmp_path):
     """`longctx figures` at the ci size writes every guide figure, each from the run its index names."""
-    from longctx.tools import figures
-
     runs = {nb: ran(nb) for nb in set(figures.GUIDE_FIGURES.values())}
     out = figures.regenerate("ci", tmp_path / "a", runs=runs, progress=False)
     names = {p.name for p in out.iterdir() if not p.name.startswith(".longctx-")}  # the command's own marker aside
@@ -469,36 +449,15 @@ def test_a_lesson_run_again_draws_byte_identical_figures(ran, tmp_path):
         assert (again.out / "figures" / first.name).read_bytes() == first.read_bytes(), first.name
 
 
-# stderr a lesson may show, each with its reason; everything else on stderr is library noise to silence at its
-# source (longctx.quiet) or a warning to fix in our own code
-ALLOWED_STDERR = {}
-
-
-def _stderr(nb) -> list[str]:
-    return [
-        "".join(o.text)
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.outputs
-        if o.output_type == "stream" and o.name == "stderr"
-    ]
-
-
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_every_figure_a_lesson_saves_is_shown_in_it(ran, name):
-    r = ran(name)
-    nb = nbformat.read(r.executed, as_version=4)
-    shown = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    saved = len(list((r.out / "figures").glob("*.png")))
-    assert saved and shown == saved, f"{name}: {saved} figures saved, {shown} shown in the notebook"
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_a_lesson_shows_no_machinery(ran, name):
-    """No record dict as a cell's value, no machine path, no progress bar saved frozen at 0%."""
+def test_a_lesson_shows_every_figure_it_saves_and_no_machinery_or_noise(ran, name):
+    """Each figure saved is shown; no record dict as a cell's value, no machine path, no progress bar saved frozen at
+    0%, nothing on stderr (library noise is silenced at its source, longctx.quiet), no trainer log dicts printed."""
     r = ran(name)
     cells = [c for c in nbformat.read(r.executed, as_version=4).cells if c.cell_type == "code"]
     outputs = [o for c in cells for o in c.outputs]
+    saved = len(list((r.out / "figures").glob("*.png")))
+    assert saved and sum("image/png" in o.get("data", {}) for o in outputs) == saved, f"{name}: a figure saved, not shown"
     shown = [o.get("data", {}).get("text/plain", "") or "".join(o.get("text", "")) for o in outputs]
     assert not [t for t in shown if "PosixPath(" in t], f"{name}: a PosixPath is shown"
     assert not [t for t in shown if str(r.out) in t or str(REPO) in t], f"{name}: a machine path is shown"
@@ -510,20 +469,9 @@ def test_a_lesson_shows_no_machinery(ran, name):
         if c.source.strip().splitlines()[-1].startswith("session.") and any(o.output_type == "execute_result" for o in c.outputs)
     ]
     assert not values, f"{name}: cells show what a session call returned: {values}"
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_a_lesson_shows_no_library_noise(ran, name):
-    nb = nbformat.read(ran(name).executed, as_version=4)
-    noise = [text for text in _stderr(nb) if not any(re.search(p, text) for p in ALLOWED_STDERR)]
+    noise = ["".join(o.text) for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     assert not noise, f"{name}: {len(noise)} stderr outputs, the first: {noise[0][:300]!r}"
-    stdout = "".join(
-        "".join(o.text)
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.outputs
-        if o.output_type == "stream" and o.name == "stdout"
-    )
+    stdout = "".join("".join(o.text) for o in outputs if o.output_type == "stream" and o.name == "stdout")
     assert "{'loss'" not in stdout and "{'train_runtime'" not in stdout  # the trainer's log dicts, printed
 
 

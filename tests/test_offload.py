@@ -1,5 +1,7 @@
 import pytest
 import torch
+from transformers import TrainerCallback
+from trl import SFTConfig, SFTTrainer
 
 from longctx import LongctxError, data, models, train
 from longctx.levers import offload
@@ -29,9 +31,6 @@ def test_host_pool_moves_every_layer_input_and_changes_nothing():
 
 
 def test_host_pool_through_a_real_trainers_training(tmp_path):
-    from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
     pool = offload.HostPool()
 
     class Install(TrainerCallback):  # Trainer.train() enables checkpointing just before this: the pool takes over
@@ -50,7 +49,7 @@ def test_host_pool_through_a_real_trainers_training(tmp_path):
 @pytest.mark.parametrize(
     "kwargs,device,fragment",
     [
-        (dict(offload=True, checkpointing=False), "cpu", "gradient_checkpointing on"),
+        (dict(offload=True, checkpointing=False), "cpu", "checkpointing"),
         (dict(offload=True, checkpointing=True), "cpu", "host-pool"),
         (dict(offload="host-pool", checkpointing=True), "cuda", "offload=True"),
         (dict(offload="yes", checkpointing=True), "cpu", "offload"),

@@ -4,6 +4,12 @@ import subprocess
 import sys
 
 import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+
+from longctx import plots
+from longctx.memory.profile import MemoryProfile
+from longctx.units import CATEGORIES, GIB
 
 matplotlib.use("Agg")
 
@@ -15,10 +21,6 @@ def test_importing_plots_changes_no_matplotlib_setting():
 
 
 def test_plots_draw_in_the_lessons_style_and_return_their_axes(tmp_path):
-    import matplotlib.pyplot as plt
-
-    from longctx import plots
-
     ax = plots.bars({"plain": 2.0, "chunked": 1.0}, ylabel="GiB")
     assert tuple(ax.figure.get_size_inches()) == plots.STYLE["figure.figsize"]
     assert not ax.spines["top"].get_visible()  # the style's, drawn inside the call
@@ -30,9 +32,6 @@ def test_plots_draw_in_the_lessons_style_and_return_their_axes(tmp_path):
 def test_a_setting_the_backend_changes_during_a_plot_survives_it(monkeypatch):
     """The inline backend turns `interactive` on when a kernel's first figure is made; put back to off, every
     later figure of the notebook would silently not show."""
-    import matplotlib.pyplot as plt
-
-    from longctx import plots
 
     subplots = plt.subplots
 
@@ -50,10 +49,6 @@ def test_a_setting_the_backend_changes_during_a_plot_survives_it(monkeypatch):
 
 
 def test_a_figure_named_after_a_hub_id_or_a_path_is_one_file_in_its_folder(tmp_path):
-    import matplotlib.pyplot as plt
-
-    from longctx import plots
-
     fig = plt.figure()
     paths = plots.save_figure(fig, "one_million_rank_Qwen/Qwen3-8B_cp8", tmp_path)
     plt.close(fig)
@@ -64,12 +59,6 @@ def test_a_figure_named_after_a_hub_id_or_a_path_is_one_file_in_its_folder(tmp_p
 def test_a_timeline_names_its_bands_for_what_they_count_and_its_capacity_in_its_unit():
     """The band counter counts every sequence × hidden activation, not only checkpointed layer inputs; a card's
     capacity is a driver total such as 79.6475 GiB, shown to two places with its unit."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from longctx import plots
-    from longctx.memory.profile import MemoryProfile
-    from longctx.units import CATEGORIES, GIB
 
     timeline = np.zeros((4, len(CATEGORIES)), dtype=np.int64)
     timeline[:, CATEGORIES.index("activations")] = [1, 3, 2, 0]
@@ -89,10 +78,6 @@ def test_a_timeline_names_its_bands_for_what_they_count_and_its_capacity_in_its_
 def test_the_per_token_curves_keep_their_legend_and_the_trained_mark_off_the_curves():
     """Lesson 02's figures: the legend sits beside the axes (it hid the unigram line and the curves' ends), and the
     end of the trained range is a legend entry, not text written over the curves."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from longctx import plots
 
     curve = np.linspace(4, 6, 512)
     for ax in (

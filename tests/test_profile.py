@@ -1,12 +1,19 @@
 """A memory profile's reading of its own timeline."""
 
+import numpy as np
+import pytest
+import torch
+from trl import SFTConfig, SFTTrainer
+
+from longctx import data, models, train
+from longctx.memory.estimate import estimate
+from longctx.memory.measure import TimelineTracker
+from longctx.memory.profile import META_KEYS, MemoryProfile
+from longctx.memory.trainer_step import measure_step
+from longctx.units import CATEGORIES
+
 
 def test_a_profile_names_the_row_where_a_phase_ends():
-    import numpy as np
-
-    from longctx.memory.profile import MemoryProfile
-    from longctx.units import CATEGORIES
-
     timeline = np.arange(3 * len(CATEGORIES)).reshape(3, len(CATEGORIES))
     prof = MemoryProfile("cpu", "test", timeline, ["forward", "forward", "backward"], 0, "forward", {})
     assert prof.last_row("forward") == 1 and prof.last_row("optimizer") is None
@@ -14,16 +21,6 @@ def test_a_profile_names_the_row_where_a_phase_ends():
 
 
 def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tmp_path):
-    import numpy as np
-    import pytest
-    from trl import SFTConfig, SFTTrainer
-
-    from longctx import data, models, train
-    from longctx.memory.estimate import estimate
-    from longctx.memory.profile import META_KEYS, MemoryProfile
-    from longctx.memory.trainer_step import measure_step
-    from longctx.units import CATEGORIES
-
     prof = MemoryProfile("cpu", "test", np.zeros((1, len(CATEGORIES))), ["forward"], 0, "forward", {})
     with pytest.raises(KeyError, match="declare them in META_KEYS"):
         prof.note("estimate", loss_value=1.0)  # a real step's loss value is not an estimate's loss kind
@@ -39,11 +36,6 @@ def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tm
 def test_a_gradient_counts_as_one_from_the_operator_that_makes_it():
     """torch's MemTracker files a weight's gradient as a temporary until autograd accumulates it into .grad; the
     timeline counts it as a gradient from the row it is made in, so no temporary stands for it meanwhile."""
-    import numpy as np
-    import torch
-
-    from longctx.memory.measure import TimelineTracker
-    from longctx.units import CATEGORIES
 
     model = torch.nn.Linear(512, 512, bias=False)
     tracker = TimelineTracker("cpu")

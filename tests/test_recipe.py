@@ -2,8 +2,16 @@
 built, and `recipe.drift` says where the two part (tests/test_notebooks.py applies it to every executed lesson). The
 helpers' own configs build with the installed libraries."""
 
+import inspect
+import json
+
+import torch
+from accelerate import ParallelismConfig
+from peft import LoraConfig
+from trl import SFTConfig, SFTTrainer
+
 from longctx import data, models, recipe, train
-from longctx.levers import rope
+from longctx.levers import rope, tiled_mlp
 from longctx.run.cp_worker import sft_call as rank_call
 
 CPU = train.on_this_machine("cpu")
@@ -35,9 +43,6 @@ trainer = SFTTrainer(model="Qwen/Qwen3-8B", args=args)
 
 
 def test_drift_names_what_a_recipe_says_otherwise_and_the_levers_it_leaves_out():
-    from accelerate import ParallelismConfig
-    from trl import SFTConfig
-
     built = SFTConfig(
         output_dir="o",
         max_length=4096,
@@ -68,10 +73,6 @@ def test_drift_names_what_a_recipe_says_otherwise_and_the_levers_it_leaves_out()
 
 
 def test_ran_records_json_a_set_sorted_and_a_nested_config_by_its_class():
-    import json
-
-    from peft import LoraConfig
-
     lora = recipe.ran(LoraConfig(r=16, lora_alpha=32, target_modules=["v_proj", "q_proj"]))
     assert lora["values"]["target_modules"] == ["q_proj", "v_proj"] and {"r", "lora_alpha"} <= set(lora["changed"])
     json.dumps(lora)
@@ -85,17 +86,8 @@ def test_the_helpers_own_configs_build_on_this_machine():
     assert built.parallelism_config.cp_size == 4 and built.fsdp
 
 
-def test_a_call_builds_its_nested_calls():
-    from accelerate import ParallelismConfig
-
-    call = recipe.Call(dict, {"p": recipe.Call(ParallelismConfig, {"cp_size": 2}), "n": [1, (2,)]})
-    assert call.build()["p"].cp_size == 2 and call.build()["n"] == [1, (2,)]
-
-
 def test_model_init_kwargs_give_the_model_sfttrainer_loads_the_rescaled_rotary(tmp_path):
     """Lesson 02's recipe: the YaRN dict in SFTConfig.model_init_kwargs reaches the model SFTTrainer loads by name."""
-    from trl import SFTConfig, SFTTrainer
-
     folder = tmp_path / "model"
     models.load("tiny").save_pretrained(folder)
     wanted = rope.with_yarn(models.config("tiny"), 128, 512)
@@ -108,19 +100,8 @@ def test_model_init_kwargs_give_the_model_sfttrainer_loads_the_rescaled_rotary(t
     assert trainer.model.config.max_position_embeddings == 512
 
 
-def test_the_chunked_loss_is_trls_default():
-    import trl
-
-    assert trl.SFTConfig(use_cpu=True, bf16=False, report_to="none").loss_type == "nll"  # the fused, chunked head
-
-
 def test_the_tiled_mlp_module_lesson_07_prints_runs_on_its_own():
     """07's recipe prints longctx/tiled_mlp.py whole for a reader to paste: it must need nothing of longctx."""
-    import inspect
-
-    import torch
-
-    from longctx.levers import tiled_mlp
 
     namespace: dict = {}
     exec(compile(inspect.getsource(tiled_mlp), "<tiled_mlp>", "exec"), namespace)  # noqa: S102 - the printed source

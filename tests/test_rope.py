@@ -14,9 +14,9 @@ def test_yarn_parameters_use_transformers_keys():
 @pytest.mark.parametrize(
     "args,kwargs,fragment",
     [
-        ((32768, 1048576, 1e6), dict(factor=16.0), "factor 16 does not match the lengths"),
-        ((32768, 32768, 1e6), {}, "not above the trained length"),
-        ((32768, 16384, 1e6), {}, "not above the trained length"),
+        ((32768, 1048576, 1e6), dict(factor=16.0), "factor"),
+        ((32768, 32768, 1e6), {}, "32,768"),
+        ((32768, 16384, 1e6), {}, "16,384"),
     ],
 )
 def test_yarn_refusals(args, kwargs, fragment):
@@ -26,7 +26,7 @@ def test_yarn_refusals(args, kwargs, fragment):
 
 def test_yarn_refuses_another_rope_theta():
     cfg = models.config("qwen3-8b")
-    with pytest.raises(LongctxError, match="use rope_theta=1e\\+06"):
+    with pytest.raises(LongctxError, match="rope_theta"):
         rope.with_yarn(cfg, 32768, 1048576, theta=10000.0)
     new = rope.with_yarn(cfg, 32768, 1048576)
     assert new.rope_parameters["factor"] == 32.0 and new.max_position_embeddings == 1048576
@@ -55,7 +55,7 @@ def test_yarn_betas_use_transformers_keys():
     ],
 )
 def test_yarn_beta_refusals(betas):
-    with pytest.raises(LongctxError, match=r"beta_fast \(.*\) above beta_slow \(.*\) above 0"):
+    with pytest.raises(LongctxError, match="beta_fast"):
         rope.yarn_parameters(128, 1536, 100.0, **betas)
 
 

@@ -3,20 +3,40 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
 
 from longctx import LongctxError, data, models
-from longctx.run import harness, schema
+from longctx.lengths import MAX_TOKENS
+from longctx.memory.estimate import DEFAULT_DTYPE
+from longctx.run import harness, needs, schema
+from longctx.shapes import check_plan
 
 
-def test_every_notebook_declares_its_parameters_once_and_its_sizes_follow_them():
-    for name, path in harness.notebooks().items():
-        declared = harness.declared_parameters(path)
-        assert list(schema.schema(name)["properties"]) == list(declared), name  # the same names, in the same order
-        for size in harness.sizes(path):
-            params = {**declared, **harness.size_params(path, size)}
-            schema.check(name, params, on_cpu=size != "gpu")  # every size file passes its own schema
+def test_every_lesson_declares_its_parameters_once_and_each_size_follows_them_and_its_needs():
+    """The schema names the parameters cell's names in its order; every size exists, passes the run's one check and
+    declares its needs; ci.yaml is laid over gpu.yaml (a hub model swapped for a model folder in hub format with its
+    own tokenizer, or a CPU preset) and needs no GPU; the gpu size loads bf16, the dtype every estimate assumes."""
+    for name, nb in harness.notebooks().items():
+        declared = harness.declared_parameters(nb)
+        assert declared and list(schema.schema(name)["properties"]) == list(declared), name
+        assert set(harness.sizes(nb)) == set(needs.SIZES), name
+        for size in needs.SIZES:
+            harness.check_parameters(nb, harness.size_params(nb, size), size)
+            assert needs.of(name, size).minutes > 0
+        gpu, ci = harness.size_params(nb, "gpu"), harness.size_params(nb, "ci")
+        own = yaml.safe_load((nb.parent / "params" / name / "ci.yaml").read_text()) or {}
+        assert {k: v for k, v in ci.items() if k not in own} == {k: v for k, v in gpu.items() if k not in own}, name
+        if "MODEL" in own and not models.is_preset(ci["MODEL"]):
+            assert Path(ci["MODEL"], "config.json").exists() and Path(ci["MODEL"], "tokenizer.json").exists()
+        assert needs.of(name, "ci").accelerator == "none" and gpu.get("DTYPE", DEFAULT_DTYPE) == DEFAULT_DTYPE == "bf16"
+    many = {name for name in harness.notebooks() if needs.of(name, "gpu").gpus > 1}
+    assert many == {"04_context_parallelism", "06_one_million_tokens"}
+    assert all(needs.of(name, "gpu").gpus == 1 for name in harness.notebooks() if name not in many)
 
 
 def test_every_whole_number_parameter_has_an_upper_bound():
@@ -31,14 +51,33 @@ def test_every_whole_number_parameter_has_an_upper_bound():
     assert loose == []
 
 
-def test_a_length_the_estimator_refuses_is_refused_before_a_kernel_starts():
-    from longctx.lengths import MAX_TOKENS
+OURS = {"MODEL": "base", "PROBE_MODEL": "retrieval"}  # 02's two miniatures, which know their trained lengths
+# a value and what the refusal names: the parameter, and where papermill's -p cannot give a list, its -y
+REFUSED = [
+    ("06_one_million_tokens", {"SEQ_LEN": 2 * MAX_TOKENS, "GPUS": 8}, ["SEQ_LEN", f"{MAX_TOKENS:,}"]),  # the estimator's cap
+    ("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]}, ["FULL_LENGTHS", "1.5"]),
+    ("07_tiled_mlp", {"SHARDS": 8}, ["SHARDS", "-y"]), ("07_tiled_mlp", {"SHARDS": "[8]"}, ["SHARDS", "-y"]),
+    ("07_tiled_mlp", {"SEQ_LEN": "1M"}, ["SEQ_LEN", "1048576"]), ("07_tiled_mlp", {"SEQ_LEN": "long"}, ["SEQ_LEN"]),
+    ("02_yarn", OURS | {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0}, ["TRAINED_LENGTH", "MODEL"]),
+    ("02_yarn", OURS | {"PROBE_MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0}, ["TRAINED_LENGTH", "PROBE_MODEL"]),
+    ("05_trainium_padding", {"MIN_LEN": 200, "MAX_LENGTH": 100}, ["MIN_LEN"]),  # one length would be one shape
+    ("05_trainium_padding", {"MIN_LEN": 100, "MAX_LENGTH": 100}, ["MIN_LEN"]),
+    ("05_trainium_padding", {"N_EXAMPLES": 0}, ["N_EXAMPLES"]),
+]  # fmt: skip
 
+
+@pytest.mark.parametrize("notebook,params,named", REFUSED, ids=[f"{n[:2]}-{p}"[:40] for n, p, _ in REFUSED])
+def test_a_value_outside_its_schema_is_refused_naming_the_parameter(notebook, params, named):
+    with pytest.raises(LongctxError) as err:
+        schema.check(notebook, params)
+    assert all(n in str(err.value) for n in named), str(err.value)
+    assert ("-y" in str(err.value)) is ("-y" in named)  # papermill's -p passes a list as text: its -y does not
+
+
+def test_values_at_the_schemas_edges_are_taken():
     schema.check("06_one_million_tokens", {"SEQ_LEN": MAX_TOKENS, "GPUS": 8})
-    with pytest.raises(LongctxError, match=f"must be at most {MAX_TOKENS:,}"):
-        schema.check("06_one_million_tokens", {"SEQ_LEN": 2 * MAX_TOKENS, "GPUS": 8})
-    with pytest.raises(LongctxError, match="has 1.5, which must be a whole number"):
-        schema.check("01_chunked_loss", {"FULL_LENGTHS": [98304, 1.5]})
+    schema.check("02_yarn", OURS | {"TRAINED_LENGTH": 0})
+    schema.check("02_yarn", OURS | {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 32768})
 
 
 def test_a_config_the_estimator_refuses_is_refused_before_a_kernel_starts(tmp_path):
@@ -49,16 +88,14 @@ def test_a_config_the_estimator_refuses_is_refused_before_a_kernel_starts(tmp_pa
         schema.check(name, {"FULL_MODEL": str(tmp_path / "config.json")})
     (tmp_path / "config.json").write_text(json.dumps({**settings, "vocab_size": 10**13}))  # a typo of a vocabulary
     for name in estimating:
-        with pytest.raises(LongctxError, match=r"FULL_MODEL=.* is no model the estimate takes: The config's vocab_size"):
+        with pytest.raises(LongctxError, match="FULL_MODEL=.*vocab_size"):
             schema.check(name, {"FULL_MODEL": str(tmp_path)})
     assert estimating
 
 
 def test_the_gpu_counts_a_lesson_takes_are_the_ones_the_cp_check_takes():
-    from longctx.shapes import check_plan
-
     check_plan(models.config("tiny"), 2**20, cp_size=64)
-    with pytest.raises(LongctxError, match="at most 64 GPUs"):
+    with pytest.raises(LongctxError, match="cp_size"):
         check_plan(models.config("tiny"), 2**20, cp_size=128)
     for notebook, name in (
         ("06_one_million_tokens", "GPUS"),
@@ -67,13 +104,6 @@ def test_the_gpu_counts_a_lesson_takes_are_the_ones_the_cp_check_takes():
     ):
         prop = schema.schema(notebook)["properties"][name]
         assert prop.get("items", prop)["maximum"] == 64, (notebook, name)
-
-
-@pytest.mark.parametrize("params", [{"SHARDS": 8}, {"SHARDS": "[8]"}, {"SEQ_LEN": "1M"}, {"SEQ_LEN": "long"}])
-def test_a_wrong_type_is_refused_naming_the_parameter_and_how_to_give_it(params):
-    with pytest.raises(LongctxError, match=next(iter(params))) as err:
-        schema.check("07_tiled_mlp", params)
-    assert ("-y" in str(err.value)) is ("SHARDS" in params)  # papermill's -p passes a list as text: its -y does not
 
 
 def test_a_model_without_weights_is_refused_where_a_lesson_trains_it(tmp_path):
@@ -94,9 +124,6 @@ DAMAGE = ["missing-tensor", "extra-tensor", "other-shape", "nan", "empty-tokeniz
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_a_model_folder_transformers_would_load_wrongly_is_refused_before_a_kernel(tmp_path, damage):
-    import torch
-    from safetensors.torch import load_file, save_file
-
     folder = tmp_path / "model"
     shutil.copytree(data.data_dir() / "yarn-base", folder)
     weights, file = load_file(folder / "model.safetensors"), folder / "model.safetensors"
@@ -119,18 +146,9 @@ def test_a_model_folder_transformers_would_load_wrongly_is_refused_before_a_kern
         save_file({k: v[:1000] if v.shape[0] == settings["vocab_size"] else v for k, v in weights.items()}, file)
     else:  # refused before its model is built: the shapes alone took 90 s
         (folder / "config.json").write_text(json.dumps({**settings, "num_hidden_layers": 70000, "layer_types": None}))
-    with pytest.raises(LongctxError, match="MODEL"):
+    with pytest.raises(LongctxError) as err:
         schema.check("03_activation_offload", {"MODEL": str(folder)})
-
-
-def test_yarn_on_another_model_needs_its_trained_length():
-    ours = {"MODEL": "base", "PROBE_MODEL": "retrieval"}  # the two miniatures know their trained lengths
-    schema.check("02_yarn", ours | {"TRAINED_LENGTH": 0})
-    schema.check("02_yarn", ours | {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 32768})
-    with pytest.raises(LongctxError, match="TRAINED_LENGTH=0 must be set when MODEL is not 'base'"):
-        schema.check("02_yarn", ours | {"MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
-    with pytest.raises(LongctxError, match="TRAINED_LENGTH=0 must be set when PROBE_MODEL is not 'retrieval'"):
-        schema.check("02_yarn", ours | {"PROBE_MODEL": "Qwen/Qwen3-4B", "TRAINED_LENGTH": 0})
+    assert "MODEL" in str(err.value) and (layer in str(err.value) or damage not in ("missing-tensor", "nan"))
 
 
 def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):
@@ -140,7 +158,7 @@ def test_a_local_dataset_needs_the_splits_the_lesson_reads(tmp_path):
     assert data.check_dataset(str(source), splits=("train", "test")) == str(source)
     (tmp_path / "data").mkdir()
     shutil.copy(next(source.glob("data/train-*.parquet")), tmp_path / "data" / "train-00000-of-00001.parquet")
-    with pytest.raises(LongctxError, match="no 'test' split"):
+    with pytest.raises(LongctxError, match="'test'"):
         data.check_dataset(str(tmp_path), splits=("train", "test"))
     assert data.check_dataset(str(tmp_path)) == str(tmp_path)  # training text alone is enough elsewhere
 
@@ -153,9 +171,3 @@ def test_the_card_a_lesson_holds_its_estimates_against_is_a_known_card_or_gib(no
     for bad in ("H100", "-1", 79.5):
         with pytest.raises(LongctxError, match="GPU"):
             harness.check_parameters(path, {"GPU": bad}, "ci")
-
-
-def test_the_padding_lessons_lengths_are_bounded_by_its_schema():  # data.varied_sequences trusts them
-    for bad in ({"MIN_LEN": 200, "MAX_LENGTH": 100}, {"MIN_LEN": 100, "MAX_LENGTH": 100}, {"N_EXAMPLES": 0}):
-        with pytest.raises(LongctxError, match=next(iter(bad))):  # (one length would be one shape)
-            schema.check("05_trainium_padding", bad)

@@ -12,12 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import SYNTHETIC
+from filelock import FileLock
+from tqdm import tqdm
 
 from longctx import LongctxError, files
 from longctx.run import harness
-from longctx.tools import sweep
+from longctx.tools import slurm, sweep
 
 pytestmark = pytest.mark.usefixtures("synthetic")
 ENV = {**os.environ, "LONGCTX_NOTEBOOKS": str(SYNTHETIC)}
@@ -111,8 +114,6 @@ def test_a_point_is_reused_only_under_the_same_notebook_settings_libraries_and_d
 
 
 def test_one_sweep_at_a_time_on_a_folder(tmp_path):
-    from filelock import FileLock
-
     sw = sweep.Sweep("00", "ci", {"STEPS": [2]}, out=tmp_path / "sw")
     files.claim(sw.out, "sweep")
     with FileLock(sw.out / ".lock"):
@@ -149,8 +150,6 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point_which_is_kept(t
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--jobs", "2"], ["--executor", "slurm-local"]], ids=["local-2-jobs", "slurm-local"])
 def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_kernel(tmp_path, flags):
-    import psutil
-
     out = tmp_path / "sw"
     cli = [a if a != "SLEEP=1" else "SLEEP=120" for a in _cli(out, *flags)]
     proc = subprocess.Popen(cli, env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -165,8 +164,6 @@ def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_kernel(tmp_path, flags):
 
 
 def _session(sid: int) -> list:
-    import psutil
-
     found = []
     for p in psutil.process_iter():
         try:
@@ -188,8 +185,6 @@ def _fake(tmp_path, monkeypatch, **outputs: str) -> None:
 
 
 def test_slurm_task_states_come_from_squeue_while_queued_and_sacct_once_ended(tmp_path, monkeypatch):
-    from longctx.tools import slurm
-
     _fake(
         tmp_path,
         monkeypatch,
@@ -209,10 +204,6 @@ def test_slurm_task_states_come_from_squeue_while_queued_and_sacct_once_ended(tm
 
 
 def test_the_wait_ends_when_slurm_stops_answering_and_reports_tasks_it_ended(tmp_path, monkeypatch):
-    from tqdm import tqdm
-
-    from longctx.tools import slurm
-
     monkeypatch.setattr(slurm, "POLL", 0.01)
     monkeypatch.setattr(slurm, "SILENT_LIMIT", 0.05)
     folders = [tmp_path / "a", tmp_path / "b"]
@@ -226,8 +217,6 @@ def test_the_wait_ends_when_slurm_stops_answering_and_reports_tasks_it_ended(tmp
 
 
 def test_a_live_array_of_this_sweep_holds_every_executor_off_its_folder(tmp_path, monkeypatch):
-    from longctx.tools import slurm
-
     sw = sweep.Sweep("00", "ci", {"STEPS": [2]}, out=tmp_path / "sw")
     files.claim(sw.out, "sweep")
     (sw.out / slurm.RECORD).write_text('{"array": "65", "tasks": 2}')

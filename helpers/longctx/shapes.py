@@ -27,7 +27,7 @@ def attention_kinds(cfg) -> set[str]:
     return kinds
 
 
-def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing: bool = False) -> None:
+def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1) -> None:
     """Refuse what CP/SP cannot run, naming the fix."""
     for name, value in (("seq_len", seq_len), ("cp_size", cp_size), ("sp_size", sp_size)):
         check_positive_int(name, value)
@@ -39,17 +39,7 @@ def check_plan(cfg, seq_len: int, *, cp_size: int = 1, sp_size: int = 1, packing
     if cp_size > MAX_CP:
         raise LongctxError(f"cp_size={cp_size}: longctx models context parallelism over at most {MAX_CP} GPUs; pick fewer.")
     if cp_size > 1:
-        if packing:
-            raise LongctxError(
-                "Packing cannot be used with context parallelism: CP replaces the attention mask by is_causal=True, so "
-                "packed documents would attend across their boundaries. Set packing=False (one sequence per row), or cp_size=1."
-            )
-        if 2 * cp_size > seq_len:
-            raise LongctxError(
-                f"cp_size={cp_size} cuts the sequence into {2 * cp_size:,} chunks, more than its {seq_len:,} tokens: "
-                f"use at most {seq_len // 2:,} ranks (fewer GPUs) or a longer sequence."
-            )
-        if seq_len % (2 * cp_size):
+        if seq_len % (2 * cp_size):  # (a multiple of 2 × cp_size holds a token a chunk, at least)
             raise LongctxError(
                 f"seq_len={seq_len} is not a multiple of 2 × cp_size = {2 * cp_size}: pad to "
                 f"{padded_length(seq_len, cp_size)} (pad_to_multiple_of={2 * cp_size})."

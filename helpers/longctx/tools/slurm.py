@@ -107,14 +107,12 @@ def states(array: str) -> dict[int, tuple[str, str]]:
 
 
 def _tasks(job: str, array: str) -> list[int]:
-    """The array's task numbers a job id names: "41_4", "41_[2-5,7%16]" (a range, a throttle after %), or "41"
-    itself when submitit submitted a single point as a plain job (task 0)."""
-    base, _, suffix = job.partition("_")
-    if base != array:
-        return []
-    spans = suffix.strip("[]").split("%")[0].split(",") if suffix else ["0"]
-    pairs = [span.partition("-")[::2] for span in spans]
-    return [t for a, b in pairs if a.isdigit() and (b or a).isdigit() for t in range(int(a), int(b or a) + 1)]
+    """The array's task numbers a job id names ("41_4", "41_[2-5,7%16]", read by submitit), or task 0 for "41" itself
+    (submitit submits a single point as a plain job)."""
+    from submitit.slurm.slurm import read_job_id
+
+    spans = [span for span in read_job_id(job) if span[0] == array]
+    return [t for _, a, *b in (s if len(s) > 1 else (*s, "0") for s in spans) for t in range(int(a), int((b or [a])[0]) + 1)]
 
 
 def cancel(array: str) -> str:
