@@ -6,6 +6,9 @@ or flag it names and by nothing written, never by its wording."""
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -237,6 +240,14 @@ def test_every_oserror_reaching_the_cli_is_one_line_naming_the_path(tmp_path, ca
     assert main(["presets"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(tmp_path / "x.json") in err and "No space left" in err
+
+
+def test_ctrl_c_while_the_command_starts_ends_it_without_a_traceback():
+    proc = subprocess.Popen([sys.executable, "-m", "longctx", "list"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(0.5)  # its libraries still loading
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == -signal.SIGINT and b"Traceback" not in out, out[-500:]
 
 
 def test_an_estimate_that_runs_past_its_limit_is_stopped(capsys):

@@ -37,10 +37,11 @@ def test_a_hub_id_that_cannot_be_reached_names_the_preset_of_its_shape(monkeypat
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     twin = next(p for p in models.PRESETS.values() if p.hub_id)
-    with pytest.raises(LongctxError, match=f"cannot be reached.*no route.*the preset '{twin.name}' has its shape"):
+    with pytest.raises(LongctxError, match=f"'{twin.name}'"):  # the preset of its shape named
         models.config(twin.hub_id)
-    with pytest.raises(LongctxError, match=r"instead\.$"):  # a hub id no preset stands for: nothing added
+    with pytest.raises(LongctxError) as err:  # a hub id no preset stands for: no preset named
         models.config("someone/unknown-model")
+    assert "someone/unknown-model" in str(err.value) and "the preset '" not in str(err.value)
     # one in the hub cache is left to the hub client (which reads the cache), however the network stands
     (tmp_path / "models--someone--cached" / "snapshots" / "abc").mkdir(parents=True)  # as the hub client caches it
     (tmp_path / "models--someone--cached" / "snapshots" / "abc" / "config.json").write_text("{}")

@@ -3,6 +3,7 @@ time-out are results, other failures are retried), the key that says when a fini
 a time on a folder, Ctrl-C, the submitit paths and SLURM's account of a task (stand-ins of its commands; `make
 slurm-check` runs a real one-node cluster)."""
 
+import contextlib
 import csv
 import json
 import os
@@ -153,25 +154,22 @@ def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_kernel(tmp_path, flags):
     out = tmp_path / "sw"
     cli = [a if a != "SLEEP=1" else "SLEEP=120" for a in _cli(out, *flags)]
     proc = subprocess.Popen(cli, env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.time() + 120
-    while time.time() < deadline and not any("ipykernel" in " ".join(p.cmdline()) for p in _session(proc.pid)):
+    deadline, below = time.time() + 120, []
+    # its own processes only (a kernel sits in a session of its own; another test's kernels are not this sweep's)
+    while time.time() < deadline and not any("ipykernel" in _cmdline(p) for p in below):
         time.sleep(0.2)
+        below = psutil.Process(proc.pid).children(recursive=True)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=30) == 130
     time.sleep(1)
-    assert not [p for p in _session(proc.pid) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert below and not [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not _done(out)
 
 
-def _session(sid: int) -> list:
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid or "longctx-kernel" in (p.cwd() or ""):
-                found.append(p)
-        except (psutil.Error, OSError):
-            pass
-    return found
+def _cmdline(process) -> str:
+    with contextlib.suppress(psutil.Error):
+        return " ".join(process.cmdline())
+    return ""
 
 
 def _fake(tmp_path, monkeypatch, **outputs: str) -> None:
