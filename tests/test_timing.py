@@ -116,15 +116,11 @@ def test_each_attention_kernel_is_priced_at_its_own_published_rate():
     assert by_fa2["breakdown_seconds"]["attention"] > 1.4 * by_sdpa["breakdown_seconds"]["attention"]
     for t in (by_sdpa, by_fa2):
         (rate,) = t["attention_kernels"].values()
-        assert "arXiv:2407.08608" in rate["source"] and kernels_named(t) in timing.describe(t)
+        assert "arXiv:2407.08608" in rate["source"] and timing.kernel_names(t) in timing.describe(t)
     flash = timing.step_time(sdpa, "H100-80GB", sdpa="flash")
     assert flash["breakdown_seconds"]["attention"] == pytest.approx(by_fa2["breakdown_seconds"]["attention"], rel=1e-6)
     # the same kernel on an A100: the FlashAttention-2 paper's A100 rate
     assert "arXiv:2307.08691" in timing.step_time(fa2, "A100-80GB")["attention_kernels"]["FlashAttention-2"]["source"]
-
-
-def kernels_named(t):
-    return timing.kernel_names(t)
 
 
 def test_the_host_step_the_all_to_alls_and_the_fabric_between_nodes():
