@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,27 @@ LESSON_SECONDS = {
     "04_context_parallelism": 160, "05_trainium_padding": 140, "02_yarn": 70, "01_chunked_loss": 60, "07_tiled_mlp": 50,
     "03_activation_offload": 45, "00_memory_primer": 45, "09_host_state": 45, "08_packing": 30, "06_one_million_tokens": 25,
 }  # fmt: skip
+
+
+@contextlib.contextmanager
+def refused(*named: str, kind: type = None):
+    """The block is refused (a LongctxError, or `kind`) and what it says names each of `named`: the parameter, flag,
+    path or value to change, never a sentence of the message."""
+    from longctx import LongctxError
+
+    with pytest.raises(kind or LongctxError) as err:
+        yield err
+    assert all(n in str(err.value) for n in named), (named, str(err.value))
+
+
+def small_config(folder: Path, family: str = "Llama", **changes) -> str:
+    """A two-layer config.json of a transformers family (`family`Config) written into `folder`; its path."""
+    import transformers
+
+    sizes = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2)  # fmt: skip
+    getattr(transformers, f"{family}Config")(**sizes | changes).save_pretrained(folder)
+    return str(Path(folder) / "config.json")
 
 
 def _shared(config) -> Path:
@@ -95,6 +117,34 @@ def executed(request):
         return harness.RunResult(**fields | {"out": Path(fields["out"]), "executed": Path(fields["executed"])})
 
     return run
+
+
+@pytest.fixture
+def hub_cache(monkeypatch, tmp_path):
+    """The hub client's cache in `tmp_path` and the network out of reach (each request bounded by models.HUB_TIMEOUT);
+    `hub_cache(repo, {name: text})` caches a snapshot of `repo` holding those files, as the hub client lays it out."""
+    from longctx import models
+
+    class Unreachable:
+        def head(self, url, timeout):
+            assert timeout == models.HUB_TIMEOUT  # bounded: the hub client's own retries took 27 s here
+            raise ConnectionError(f"no route to {url}")
+
+    monkeypatch.setattr("huggingface_hub.utils.get_session", Unreachable)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # (transformers reads it for a cached config)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def cache(repo: str, found: dict) -> Path:
+        folder = tmp_path / f"models--{repo.replace('/', '--')}"
+        (folder / "snapshots" / "abc").mkdir(parents=True, exist_ok=True)
+        (folder / "refs").mkdir(exist_ok=True)
+        (folder / "refs" / "main").write_text("abc")
+        for name, text in found.items():
+            (folder / "snapshots" / "abc" / name).write_text(text)
+        return folder / "snapshots" / "abc"
+
+    return cache
 
 
 @pytest.fixture

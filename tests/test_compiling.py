@@ -1,8 +1,9 @@
 import pytest
 import torch
+from conftest import refused
 from trl import SFTConfig, SFTTrainer
 
-from longctx import LongctxError, data, models, train
+from longctx import data, models, train
 from longctx.levers import compiling, neuron, padding
 
 
@@ -20,7 +21,7 @@ PAD = "pad_to_multiple_of"
     [(0, None, PAD), (-64, None, PAD), (1.5, None, PAD), ("128", None, PAD), (True, None, PAD), (128, 500, "max_length")],
 )
 def test_bad_padding_multiples_are_refused(pad, max_length, named):
-    with pytest.raises(LongctxError, match=named):
+    with refused(named):
         padding.check_padding(pad, max_length)
 
 
@@ -34,7 +35,7 @@ def test_neuron_core_sets(cores, ok):
     if ok:
         assert neuron.check_neuron_cores(cores)
     else:
-        with pytest.raises(LongctxError, match="NEURON_RT_VISIBLE_CORES"):
+        with refused("NEURON_RT_VISIBLE_CORES"):
             neuron.check_neuron_cores(cores)
 
 
@@ -80,11 +81,11 @@ def test_compile_structure_from_a_probe_and_its_refusal():
     structure = compiling.compile_structure(probe([(4, 96), (4, 128)], [5, 2]))
     assert (structure.per_shape, structure.once) == (2, 3)
     assert structure.predict(padding.Census([(4, 64), (4, 96), (4, 64)])) == 3 + 2 * 2
-    with pytest.raises(LongctxError, match="probe"):  # two batches of one shape cannot tell the two apart
+    with refused("probe"):  # two batches of one shape cannot tell the two apart
         compiling.compile_structure(probe([(4, 96), (4, 96)], [5, 0]))
 
 
 def test_compiled_run_refuses_a_trainer_that_does_not_compile(tmp_path):
     trainer = _trainer(tmp_path, data.long_sequences(32, 4), max_steps=1)
-    with pytest.raises(LongctxError, match="torch_compile=True"):
+    with refused("torch_compile=True"):
         compiling.compiled_run(trainer)

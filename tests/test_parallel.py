@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import refused
 
 from longctx import LongctxError, models
 from longctx.paths import REPO
@@ -52,16 +53,16 @@ def test_padded_length():
 
 
 def test_launch_refuses_before_starting_processes(tmp_path):
-    with pytest.raises(LongctxError, match="mode"):
+    with refused("mode"):
         parallel.launch("tp", 2, model="tiny", seq_len=64, out=tmp_path)
-    with pytest.raises(LongctxError, match="seq_len"):
+    with refused("seq_len"):
         parallel.launch("cp", 4, model="tiny", seq_len=66, out=tmp_path)
     assert not list(tmp_path.iterdir())  # nothing was launched
 
 
 @pytest.mark.skipif(parallel.deepspeed_available(), reason="DeepSpeed is installed here")
 def test_ulysses_without_deepspeed_names_the_install(tmp_path):
-    with pytest.raises(LongctxError, match="DS_BUILD_OPS=0 pip install"):
+    with refused("DS_BUILD_OPS=0"):
         parallel.launch("sp", 2, model="tiny", seq_len=64, out=tmp_path)
 
 
@@ -103,7 +104,7 @@ def test_workers_do_not_outlive_a_killed_kernel(tmp_path):
 @pytest.mark.slow
 def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(LongctxError, match="exceeded 3 s"):
+    with refused(str(out / "launch.log")):  # stopped at its limit, its log named
         parallel.launch("cp", 2, model="small", seq_len=65536, out=out, timeout=3, progress=False)
     time.sleep(1)
     assert _workers_of(out) == []  # torchrun's ranks sit in process groups of their own: found through /proc

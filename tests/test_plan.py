@@ -1,7 +1,8 @@
 import json
 
 import pytest
-from transformers import BertConfig, LlamaConfig, MistralConfig
+from conftest import small_config
+from transformers import BertConfig
 
 from longctx import LongctxError
 from longctx.compat import fused_head_tiles
@@ -11,40 +12,32 @@ from longctx.memory.estimate import estimate
 from longctx.tools.cli import main
 
 
-def _llama(tmp_path):
-    LlamaConfig(
-        vocab_size=1024,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-    ).save_pretrained(tmp_path)
-    return str(tmp_path / "config.json")
-
-
 @pytest.mark.exhaustive
 def test_plan_json_for_a_config_file_of_another_family(tmp_path, capsys):
-    assert main(["plan", "--model", _llama(tmp_path), "--seq-len", "8k", "--gpus", "2", "--gpu-memory", "0.05", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                small_config(tmp_path, vocab_size=1024),
+                "--seq-len",
+                "8k",
+                "--gpus",
+                "2",
+                "--gpu-memory",
+                "0.05",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    assert [s["levers"][-1] for s in out["steps"]] == [
-        "plain loss",
-        "chunked loss",
-        "checkpointing",
-        "offload",
-        "context parallel ×2",
-    ]
+    last = ["plain loss", "chunked loss", "checkpointing", "offload", "context parallel ×2"]  # each step's new lever
+    assert [s["levers"][-1] for s in out["steps"]] == last
     peaks = [s["per_gpu_peak_gib"] for s in out["steps"]]
     assert peaks[-1] < peaks[3] < peaks[2]  # each of the last levers lowers the peak
     assert all(s["fits"] == (s["per_gpu_peak_gib"] <= 0.05) for s in out["steps"])
     assert out["cheapest"] == next((s for s in out["steps"] if s["fits"]), None)
-
-
-def _mistral(tmp_path):  # a sliding-window family
-    MistralConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-                  sliding_window=4096).save_pretrained(tmp_path)  # fmt: skip
-    return str(tmp_path / "config.json")
 
 
 def _bert(tmp_path):  # an encoder
@@ -62,7 +55,11 @@ def _bert(tmp_path):  # an encoder
         ("qwen3-8b", dict(seq_len=1048576, gpus=1, gpu_memory_gib=80, mixed_precision=True), "--gpus"),  # no CP step
         ("qwen3-8b", dict(seq_len=1048576, gpus=10**20, gpu_memory_gib=80), "--gpus"),
         ("qwen3-4b", dict(seq_len=10**9, gpus=1, gpu_memory_gib=80), f"{MAX_TOKENS:,}"),
-        (_mistral, dict(seq_len=1048576, gpus=8, gpu_memory_gib=80), "sliding_attention"),
+        (
+            lambda folder: small_config(folder, "Mistral", sliding_window=4096),
+            dict(seq_len=1048576, gpus=8, gpu_memory_gib=80),
+            "sliding_attention",
+        ),
         (_bert, dict(seq_len=4096, gpus=1, gpu_memory_gib=80), "model_type"),
     ],
 )

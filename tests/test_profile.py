@@ -1,8 +1,8 @@
 """A memory profile's reading of its own timeline."""
 
 import numpy as np
-import pytest
 import torch
+from conftest import refused
 from trl import SFTConfig, SFTTrainer
 
 from longctx import data, models, train
@@ -22,7 +22,7 @@ def test_a_profile_names_the_row_where_a_phase_ends():
 
 def test_meta_keys_are_declared_per_producer_and_each_producer_writes_its_own(tmp_path):
     prof = MemoryProfile("cpu", "test", np.zeros((1, len(CATEGORIES))), ["forward"], 0, "forward", {})
-    with pytest.raises(KeyError, match="declare them in META_KEYS"):
+    with refused("loss_value", kind=KeyError):
         prof.note("estimate", loss_value=1.0)  # a real step's loss value is not an estimate's loss kind
     assert set(estimate("tiny", 64, dtype="fp32", device="cpu").meta) == set(META_KEYS["estimate"])
     args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=1, **train.on_this_machine())
