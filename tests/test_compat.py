@@ -1,10 +1,35 @@
 """Each workaround in longctx.compat has a test here that fails when upstream changes what it patches."""
 
+import dataclasses
+import gc
+import inspect
+import sys
+import types
+import weakref
+
 import pytest
 import torch
+from accelerate.state import AcceleratorState
+from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.autograd.graph import save_on_cpu
 from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import AutoModelForCausalLM, TrainingArguments, masking_utils
+from transformers.utils.generic import is_flash_attention_requested
+from trl import SFTConfig
+from trl.kernels import chunked_logprob
+from trl.kernels import chunked_logprob as kernel
+from trl.models.activation_offloading import OffloadActivations
+from trl.trainer import utils as trl_utils
 
-from longctx.compat import FrozenParamsMemTracker
+from longctx import LongctxError, compat, models
+from longctx.compat import FakeStepMemTracker, FrozenParamsMemTracker, fused_head_tiles, gpu_dispatch
+from longctx.memory import gpu_kernels
+from longctx.memory.estimate import _fake_mesh, estimate
+from longctx.memory.measure import TimelineTracker
 
 
 def _half_frozen():
@@ -39,13 +64,6 @@ def test_modtracker_still_keeps_the_graph_alive(tracker):
     """torch 2.13.0: a step tracked by MemTracker keeps every parameter of the model alive after the model is gone
     (ModTracker's multi-grad hooks). When the upstream case fails, upstream removes them: drop
     compat.ReleasingMemTracker."""
-    import gc
-    import weakref
-
-    from transformers import AutoModelForCausalLM
-
-    from longctx import models
-    from longctx.memory.measure import TimelineTracker
 
     net = AutoModelForCausalLM.from_config(models.config("tiny"))
     params = [weakref.ref(p) for p in net.parameters()]
@@ -60,9 +78,6 @@ def test_modtracker_still_keeps_the_graph_alive(tracker):
 def test_packed_sequence_check_still_fires_on_fake_tensors():
     """transformers 5.24.0 returns a packed-sequence index for fake tensors even for one plain sequence.
     When this fails, upstream returns None there too: drop compat.fake_tensor_training's patch."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import masking_utils
-
     with FakeTensorMode():
         position_ids = torch.arange(16).unsqueeze(0)
         assert masking_utils.find_packed_sequence_indices(position_ids) is not None
@@ -72,10 +87,6 @@ def test_packed_sequence_check_still_fires_on_fake_tensors():
 def test_fused_head_tile_globals_still_exist():
     """trl 1.16.0 sizes the fused head's tile by two module globals (4096 × 32768). When this fails, the
     knob moved: update compat.fused_head_tiles."""
-    from trl.kernels import chunked_logprob
-    from trl.trainer import utils as trl_utils
-
-    from longctx.compat import fused_head_tiles
 
     assert (chunked_logprob.TOKEN_CHUNK_SIZE, trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE) == (4096, 32768)
     with fused_head_tiles(256, 1024):
@@ -86,8 +97,6 @@ def test_fused_head_tile_globals_still_exist():
 def test_cp_ring_attention_still_lacks_the_cpu_kernels():
     """torch 2.13: the ring-attention handler table covers CUDA SDPA kernels only. When torch adds the CPU
     flash kernel itself, compat.register_cpu_ring_attention can go."""
-    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
-
     cpu_fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
     assert torch.ops.aten._scaled_dot_product_flash_attention.default in cp.custom_ops
     registered_by_us = getattr(cp.custom_ops.get(cpu_fwd), "__qualname__", "") == "register_cpu_ring_attention.<locals>.handler"
@@ -97,9 +106,6 @@ def test_cp_ring_attention_still_lacks_the_cpu_kernels():
 def test_accelerate_still_keeps_multi_cpu_out_of_fsdp():
     """accelerate 1.15: the switch to FSDP for a context-parallel run lists GPU-like types only. When
     MULTI_CPU joins that list, compat.accelerate_fsdp_on_cpu can go."""
-    import inspect
-
-    from accelerate.state import AcceleratorState
 
     init = AcceleratorState.__init__
     init = getattr(init, "_longctx_original", init)  # the upstream constructor, patched or not
@@ -112,9 +118,6 @@ def test_accelerate_deepspeed_backward_still_steps_at_once():
     """accelerate 1.15: DeepSpeedEngineWrapper.backward = set boundary, engine.backward, engine.step.
     compat.before_deepspeed_step re-implements exactly that with a callback in between; if upstream
     changes the method, the copy must be revisited."""
-    import inspect
-
-    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
 
     code = [
         line.strip()
@@ -154,10 +157,6 @@ def test_deepspeed_still_builds_its_shm_op_on_cpu(monkeypatch):
 
 
 def test_trl_fused_head_still_branches_on_the_device():
-    import inspect
-
-    from trl.kernels import chunked_logprob as kernel
-
     forward, backward = (
         inspect.getsource(f) for f in (kernel.ChunkedLogProbFunction.forward, kernel.ChunkedLogProbFunction.backward)
     )
@@ -170,9 +169,6 @@ def test_trl_fused_head_still_branches_on_the_device():
 
 
 def test_the_head_traced_on_three_row_tiles_has_the_full_loops_memory(monkeypatch):
-    from longctx import compat
-    from longctx.memory.estimate import estimate
-
     seq = 4 * 4096 + 512  # five row tiles: the middle two are left out
     kwargs = dict(checkpointing=True, mixed_precision=False)
     short = estimate("tiny-qwen-vocab", seq, **kwargs)
@@ -185,10 +181,6 @@ def test_the_head_traced_on_three_row_tiles_has_the_full_loops_memory(monkeypatc
 
 
 def test_gpu_dispatch_swaps_the_head_and_attention_and_puts_them_back():
-    from trl.kernels import chunked_logprob as kernel
-
-    from longctx.compat import gpu_dispatch
-
     before = (kernel._use_triton, kernel._addmm_fp32, torch.nn.functional.scaled_dot_product_attention)
     from longctx.memory import gpu_kernels
 
@@ -201,11 +193,6 @@ def test_gpu_dispatch_swaps_the_head_and_attention_and_puts_them_back():
 
 def test_flash_attention_2_still_needs_the_package():
     import importlib.util
-
-    from transformers import AutoModelForCausalLM
-    from transformers.utils.generic import is_flash_attention_requested
-
-    from longctx import compat, models
 
     # any name holding "flash" is taken for the flash-attn package, hence the stand-in's own name
     assert is_flash_attention_requested(requested_attention_implementation="my_flash_thing")
@@ -220,12 +207,6 @@ def test_flash_attention_2_still_needs_the_package():
 
 
 def test_the_flash_stand_in_allocates_what_flash_attention_2_allocates():
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from longctx import LongctxError
-    from longctx.memory import gpu_kernels
-    from longctx.memory.measure import TimelineTracker
-
     b, h, hk, s, d = 1, 8, 2, 1000, 64  # grouped K/V heads, a length that is not a multiple of 128
     with pytest.raises(LongctxError, match="FakeTensorMode only"):
         gpu_kernels.flash_attention(*(torch.zeros(b, n, s, d) for n in (h, hk, hk)))
@@ -246,10 +227,6 @@ def test_the_flash_stand_in_allocates_what_flash_attention_2_allocates():
 
 
 def test_cuda_sdpa_picks_flash_without_a_mask_and_the_efficient_kernel_with_one():
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from longctx.memory import gpu_kernels
-
     sdpa = gpu_kernels.sdpa_as_cuda(torch.nn.functional.scaled_dot_product_attention)
     with FakeTensorMode():
         q = torch.randn(1, 4, 256, 64, dtype=torch.bfloat16, requires_grad=True)
@@ -263,14 +240,6 @@ def test_cuda_sdpa_picks_flash_without_a_mask_and_the_efficient_kernel_with_one(
 def test_what_the_lessons_say_about_the_installed_libraries_still_holds():
     """Statements in the notebooks' prose about trl 1.16 / transformers 5.24 / torch 2.13, checked against the
     installed sources: when one fails, the notebook named in the message needs its text updated."""
-    import dataclasses
-    import inspect
-
-    from torch.autograd.graph import save_on_cpu
-    from transformers import TrainingArguments
-    from trl import SFTConfig
-    from trl.kernels import chunked_logprob
-    from trl.models.activation_offloading import OffloadActivations
 
     # 01: the fused head is the default loss and tiles 4096 rows on every device; chunked_nll is an alias
     assert SFTConfig.__dataclass_fields__["loss_type"].default == "nll"
@@ -291,9 +260,6 @@ def test_no_out_dtype_addmm_reaches_the_dispatcher_in_an_estimate():
     """torch 2.11 registers no fake kernel for `aten::addmm.dtype_out` (2.13 decomposes it): the GPU path's
     fp32 accumulation must allocate nothing and call nothing on fake tensors, as the CUDA kernel it stands
     for writes in place."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from longctx.memory.estimate import estimate
 
     class Ops(TorchDispatchMode):
         seen: list = []
@@ -315,11 +281,6 @@ def test_memtracker_still_tracks_dtensor_shape_propagation():
     """torch 2.13.0: under a FakeTensorMode the step runs in, MemTracker tracks the fake arguments DTensor's sharding
     propagation builds the first time it meets an operator's shapes. When the first half fails, upstream skips them:
     drop compat.FakeStepMemTracker."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.tensor import DTensor, Shard
-
-    from longctx.compat import FakeStepMemTracker
-    from longctx.memory.estimate import _fake_mesh
 
     def tracked_ops(tracker_class, shape) -> list:
         seen = []
@@ -348,10 +309,6 @@ def test_the_cuda_autocast_policy_holds(monkeypatch):
     lists (torch/testing/_internal/autocast_test_lists.py: the dtype each op must give under CUDA's autocast), run
     on the CPU under the emulation; and the CPU's own policy, which it replaces for the block, still differs (when it
     stops differing, CPU autocast alone would do)."""
-    import sys
-    import types
-
-    from longctx import compat
 
     monkeypatch.setitem(sys.modules, "expecttest", sys.modules.get("expecttest") or types.SimpleNamespace(TestCase=object))
     from torch.testing._internal.autocast_test_lists import AutocastTestLists
@@ -382,10 +339,6 @@ def test_peft_cannot_move_a_fake_adapter():
     """peft 0.21.2 on torch 2.13: adding LoRA to a model of fake tensors fails moving the new adapter onto its base
     layer's device. When the upstream case passes, drop compat.lora_adapters_where_made."""
     from peft import LoraConfig, inject_adapter_in_model
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import AutoModelForCausalLM
-
-    from longctx import compat, models
 
     lora = LoraConfig(r=4, target_modules=["q_proj"])
     with FakeTensorMode():

@@ -135,11 +135,9 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
     for config in (BertConfig(), T5Config()):
         with refused(config.model_type):
             estimate(config, 128)
-    for name, value in (("num_hidden_layers", -2), ("head_dim", 0), ("intermediate_size", -1)):
+    for name, value in (("num_hidden_layers", -2), ("head_dim", 0), ("intermediate_size", -1), ("num_key_value_heads", 3)):
         with refused(name):
             estimate(models.config("tiny", **{name: value}), 128)
-    from transformers import Qwen3MoeConfig
-
     moe = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
                moe_intermediate_size=32, num_experts=4, num_experts_per_tok=8, vocab_size=256)  # fmt: skip
     with pytest.raises(LongctxError):  # more experts a token than the model has: transformers' own error, named

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import papermill as pm
 import pytest
 from conftest import refused
 from filelock import FileLock
 from safetensors.torch import load_file
 
-from longctx import LongctxError, files, pretrain
+from longctx import LongctxError, files, notebook, pretrain
 from longctx.run import harness, needs, schema
 from longctx.tools import figures, sweep
 from longctx.tools.cli import main
@@ -100,9 +101,13 @@ def test_a_bad_input_is_refused_naming_what_to_fix_and_nothing_is_written(synthe
     assert not (tmp_path / "out").exists()
 
 
-def test_a_lessons_folder_that_is_not_one_is_named(capsys, monkeypatch, tmp_path):
-    monkeypatch.setenv("LONGCTX_NOTEBOOKS", str(tmp_path / "nowhere"))
-    assert "LONGCTX_NOTEBOOKS" in _refused(capsys, ["list"])
+@pytest.mark.parametrize("variable,names", [("LONGCTX_NOTEBOOKS", "nowhere"), ("LONGCTX_NOTEBOOKS", "empty"),
+                                            ("LONGCTX_DATA", "a-file"), ("LONGCTX_BUILD", "a-file")])  # fmt: skip
+def test_a_folder_variable_naming_no_folder_of_its_kind_is_named(capsys, monkeypatch, tmp_path, variable, names):
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv(variable, str(tmp_path / names))
+    assert variable in _refused(capsys, ["run", "00", "--size", "ci"])
 
 
 # a real lesson's ranges and relations: (notebook, override, the parameter named)
@@ -134,11 +139,12 @@ def test_papermill_gets_the_same_refusals_in_the_lessons_first_cell(tmp_path, sy
     lesson lacks. Refused in the first code cell after the parameters, by name, before any work; a run outside the CLI
     gets a folder of its own each time. (Every lesson's first cell is that same call: test_lessons.)"""
     notebook = str(synthetic / "00_synthetic.ipynb")
-    # STEPSS: a name the lesson lacks, which papermill only warns about and injects
-    for params, named in (({"STEPS": 0}, "STEPS"), ({"SCALES": "[1, 2]"}, "SCALES"), ({"STEPSS": 2}, "STEPSS")):
+    # session: a name the lesson lacks (papermill only warns, and injects it) and a later cell assigns
+    for params, named in (({"STEPS": 0}, "STEPS"), ({"SCALES": "[1, 2]"}, "SCALES"), ({"session": 2}, "session")):
         with pytest.raises(pm.PapermillExecutionError) as err:
             pm.execute_notebook(notebook, str(tmp_path / "out.ipynb"), params, progress_bar=False, cwd=str(tmp_path))
         assert err.value.ename == "LongctxError" and named in err.value.evalue, err.value.evalue
+        assert len(err.value.traceback) == 1  # the refusal's one line, without the kernel's frames
         assert err.value.exec_count <= 3  # its parameters, papermill's injected cell, the lesson's first
     interactive = Path(os.environ["LONGCTX_BUILD"]) / "interactive"
     assert not interactive.exists()  # refused before its folder was made
@@ -147,6 +153,17 @@ def test_papermill_gets_the_same_refusals_in_the_lessons_first_cell(tmp_path, sy
     runs = sorted((interactive / "00_synthetic").glob("*/results.json"))
     assert len(runs) == 2 and json.loads(runs[0].read_text())["results"]["total"] == (0 + 1 + 2) * (1 + 2)
     assert not (Path(os.environ["LONGCTX_BUILD"]) / "00_synthetic").exists()  # the CLI's default folder left free
+
+
+def test_the_first_cell_checks_every_parameter_as_the_kernel_holds_it(synthetic):
+    """Papermill's `-p steps 2` (it only warns), a value of another type typed in a kernel, the cell run before the
+    parameters cell: each refused by the name, before the run's folder is made."""
+    base, runs = harness.declared_parameters(harness.resolve("00")), Path(os.environ["LONGCTX_BUILD"]) / "interactive"
+    before = set(runs.rglob("*"))
+    for namespace, named in (({**base, "steps": 2}, "steps"), ({**base, "STEPS": np.int64(2)}, "STEPS"), ({"SEED": 0}, "END")):
+        with refused(named):
+            notebook.start("00_synthetic", notebook.parameters(namespace))
+    assert set(runs.rglob("*")) == before
 
 
 def test_a_real_lessons_first_cell_refuses_what_its_cli_refuses():
@@ -163,9 +180,16 @@ def test_a_run_writes_its_notebook_results_and_figures_and_never_imports_from_it
     assert first.results["results"]["total"] == 3 and (out / "figures" / "synthetic_line.png").is_file()
     assert first.results["params"]["SCALES"] == [1, 2] and first.executed == out / "00_synthetic.ipynb"
     (out / "time.py").write_text("raise SystemExit('imported from the output folder')\n")  # the lesson imports time
-    (out / "figures" / "old.png").write_bytes(b"an earlier run's")
+    (out / "figures" / "old.png").write_bytes(b"an earlier run's")  # as if the last run had made it: replaced
+    (out / "figures" / "mine.png").write_bytes(b"yours")  # a file the last run did not list: kept
+    (out / "results.json").write_text(json.dumps(first.results | {"figures": [*first.results["figures"], "old.png"]}))
     again = harness.run("00", "ci", out=out, progress=False)
     assert again.results["results"]["total"] == 1 and not (out / "figures" / "old.png").exists()
+    assert (out / "figures" / "mine.png").read_bytes() == b"yours" and "mine.png" not in again.results["figures"]
+    with pytest.raises(harness.NotebookFailed):  # a failed run leaves the last one's outputs, its notebook beside
+        harness.run("00", "ci", {"END": "oom"}, out=out, progress=False)
+    assert json.loads((out / "results.json").read_text()) == again.results and (out / "00_synthetic.failed.ipynb").is_file()
+    assert {p.name for p in (out / "figures").iterdir()} == {*again.results["figures"], "mine.png"}
 
 
 @pytest.mark.slow
@@ -174,7 +198,7 @@ def test_a_failed_run_says_why_and_leaves_no_results(synthetic, tmp_path, end, e
     with pytest.raises(harness.NotebookFailed) as err:
         harness.run("00", "ci", {"END": end}, out=tmp_path / "out", progress=False)
     assert err.value.ename == ename and not (tmp_path / "out" / "results.json").exists()
-    assert (tmp_path / "out" / "00_synthetic.ipynb").exists() or end == "exit"
+    assert (tmp_path / "out" / "00_synthetic.failed.ipynb").exists() or end == "exit"
 
 
 def test_a_kernel_killed_while_the_machine_ran_out_of_memory_is_out_of_memory(monkeypatch):

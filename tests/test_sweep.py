@@ -133,7 +133,12 @@ def test_another_notebooks_sweep_folder_is_refused_untouched(tmp_path):
     (sw.out / "sweep.csv").write_text("theirs\n")
     with refused("01_other"):
         sweep.Sweep("00", "ci", {"STEPS": [2]}, out=sw.out)
-    assert (sw.out / "sweep.csv").read_text() == "theirs\n" and not (sw.out / "points").exists()
+    other.unlink()  # the same notebook's sweep at another size: its points' records say which
+    (sw.out / "points" / "STEPS-2__x").mkdir(parents=True)
+    (sw.out / "points" / "STEPS-2__x" / "point.json").write_text(json.dumps({"status": "ok", "size": "cpu"}))
+    with refused("size cpu"):
+        sweep.Sweep("00", "ci", {"STEPS": [2]}, out=sw.out)
+    assert (sw.out / "sweep.csv").read_text() == "theirs\n" and len(list((sw.out / "points").iterdir())) == 1
 
 
 def test_a_metric_typo_is_refused_after_the_first_finished_point_which_is_kept(tmp_path):
@@ -249,3 +254,11 @@ def test_the_table_plots_a_metric_against_list_values_one_tick_each(tmp_path):
         (sw.folder(point) / "point.json").write_text(json.dumps({"key": sw.key(point), **status}))
     path = sweep.write_table(sw, "total")
     assert [r["status"] for r in csv.DictReader(path.open())] == ["oom", "ok"] and (tmp_path / "sweep_total.png").exists()
+
+
+def test_a_finished_point_is_the_sweeps_and_no_runs_folder(tmp_path):
+    tmp = files.claim(tmp_path / ".point.tmp", "run")  # what the harness's run leaves in a point's temporary
+    (tmp / "results.json").write_text("{}")
+    sweep._place(tmp, tmp_path / "point", {"status": "ok"})
+    with refused(str(tmp_path / "point")):  # `longctx run --out` into it would replace the point's outputs
+        files.claim(tmp_path / "point", "run", {"results.json": False})

@@ -58,6 +58,10 @@ def test_a_marker_made_by_hand_or_a_link_named_as_it_is_no_marker(tmp_path):
     with pytest.raises(LongctxError):
         files.claim(out, "cmd")
     assert (out / "results.json").read_text() == "precious" and not (tmp_path / "elsewhere").exists()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")  # a link to nothing as the folder itself
+    with refused(str(tmp_path / "dangling")):
+        files.claim(tmp_path / "dangling", "cmd")
+    assert not (tmp_path / "nowhere").exists()
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])

@@ -80,6 +80,7 @@ def stop_tree(proc) -> None:
 def _pool_worker() -> None:
     stop_with_parent()  # a worker ends when the process that started it does (and its children with it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops the workers itself
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held while it started (pool_map): now ignored
     signal.signal(signal.SIGTERM, _end_worker)
 
 
@@ -96,7 +97,12 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
     results: list = [None] * len(calls)
     with bar:
         try:
-            futures = {pool.submit(fn, call): i for i, call in enumerate(calls)}
+            # the workers start (Python's own start-up, before _pool_worker) with Ctrl-C held, not raised in each
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                futures = {pool.submit(fn, call): i for i, call in enumerate(calls)}
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 bar.update()
@@ -124,8 +130,8 @@ def time_limit(seconds: float, what: str):
         raise _Expired
 
     before = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # fires again each second should a bare `except:` catch it
-    try:
+    try:  # (armed inside: a limit that fires at once is the same refusal)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # fires again each second should a bare `except:` catch it
         yield
     except _Expired:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -5,6 +5,9 @@ class LongctxError(ValueError):
     """A failure the user can act on, its message naming the fix: bad input, refused before any expensive work where the
     cause can be known then, or a run's outcome found wrong afterwards."""
 
+    def _render_traceback_(self) -> list[str]:  # IPython's hook (JupyterLab, papermill): the message, not the frames
+        return [f"{type(self).__name__}: {self}"]
+
 
 SEED_LIMIT = 2**32  # numpy's RandomState and transformers' set_seed take 0 .. 2**32 - 1
 

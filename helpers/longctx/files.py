@@ -43,16 +43,16 @@ def _shown(names) -> str:
     return ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
 
 
-def claim(out, command: str, own: dict[str, bool] | None = None, *, force=False, replace=True, write=True) -> Path:
+def claim(out, command: str, own: dict[str, bool] | None = None, *, force=None, replace=True, write=True) -> Path:
     """The folder `out` for `command`, refused before any work unless it is new, empty, or carries the command's
-    marker."""
+    marker (or `force`, for a command that has --force: None where it has none)."""
     out, own = user_path(out, "--out").absolute(), own or {}  # ("" is not the current folder)
-    if out.exists() and not out.is_dir():
+    if (out.exists() or out.is_symlink()) and not out.is_dir():  # (a link to nothing too)
         raise LongctxError(f"{out} is not a folder; give --out a folder.")
     marked = claimed(out, command)
     present = sorted(p.name for p in out.iterdir() if p.name != MARKER.format(command)) if out.exists() else []
     if present and not force and (not marked or not replace):
-        fix = ", or pass --force to keep them and add this command's files" if own else ""
+        fix = ", or pass --force to keep them and add this command's files" if force is not None else ""
         raise LongctxError(
             f"{out} holds files `longctx {command}` did not write ({_shown(present)}). Give --out a new or empty folder"
             f"{' (or one this command wrote before)' if replace else ''}{fix}; nothing in it was touched."

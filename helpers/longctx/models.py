@@ -204,6 +204,10 @@ def check_sizes(text) -> None:
         if isinstance(value, bool) or not value >= 1 or value % 1 or (limit and value > limit):
             why = f"over the {limit:,} longctx takes" if limit and value > limit else "not a positive whole number"
             raise LongctxError(f"The config's {name} is {value:,}: {why}; fix config.json.")
+    heads, kv = getattr(text, "num_attention_heads", None), getattr(text, "num_key_value_heads", None)
+    if isinstance(heads, int) and isinstance(kv, int) and heads % kv:  # grouped queries: whole groups (torch's repeat)
+        raise LongctxError(f"The config's num_attention_heads {heads} is not a multiple of its num_key_value_heads {kv}; "
+                           "fix config.json.")  # fmt: skip
 
 
 def check_weights(path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from longctx import files, quiet, versions
+from longctx.errors import LongctxError
 from longctx.files import atomic
 from longctx.paths import build_dir, schema_file
 
@@ -72,6 +73,8 @@ class Session:
             # whether the lesson run differs from the one committed (`longctx run` tells; null: not told)
             "lesson_edited": {"true": True, "false": False}.get(os.environ.get("LONGCTX_EDITED", "")),
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            # this run's figures: a later run in the folder replaces these and keeps any other file there
+            "figures": sorted(p.name for p in (self.out / "figures").glob("*")),
         }
         write_json_atomic(self.out / "results.json", payload)
 
@@ -85,8 +88,12 @@ def start(notebook: str, params: dict) -> Session:
     # a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too: those are set aside; any other
     # undeclared name (papermill's -p with a typo, which papermill only warns about) is refused by the schema
     if (declared := schema_file(notebook)).is_file():  # the template has none yet
-        later = _assigned(harness.resolve(notebook)) - set(yaml.safe_load(declared.read_text())["properties"])
-        params = {k: v for k, v in params.items() if k not in later}
+        names = set(yaml.safe_load(declared.read_text())["properties"])
+        if extra := sorted(_injected() - names):  # papermill's -p of a name a later cell assigns: it would be lost there
+            raise LongctxError(f"{notebook} has no parameter {extra[0]!r}. Its parameters: {', '.join(sorted(names))}.")
+        params = {k: v for k, v in params.items() if k not in _assigned(harness.resolve(notebook)) - names}
+        if missing := sorted(names - set(params)):  # this cell run before the parameters cell, or a name deleted
+            raise LongctxError(f"{missing[0]} is not set: run the parameters cell first (it assigns {', '.join(sorted(names))}).")
         if os.environ.get("LONGCTX_CHECKED") != harness.checked_mark(notebook, params):
             harness.check_lesson(notebook, params)
     if named := os.environ.get("LONGCTX_OUT"):  # the harness's folder, claimed by it (the one write rule, here too)
@@ -98,6 +105,19 @@ def start(notebook: str, params: dict) -> Session:
     v = versions()
     print(" | ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "accelerate", "device")))
     return Session(notebook, dict(params), out)
+
+
+def _injected() -> set[str]:
+    """The names papermill's injected cell assigned in this kernel (its source starts "# Parameters"), from IPython's
+    history of the cells run; none outside IPython."""
+    import ast
+
+    with contextlib.suppress(ImportError, AttributeError):
+        from IPython import get_ipython
+
+        cells = [ast.parse(c) for c in get_ipython().user_ns.get("In", []) if c.startswith("# Parameters")]
+        return {n.id for cell in cells for n in ast.walk(cell) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return set()
 
 
 def _assigned(path: Path) -> set[str]:
@@ -120,7 +140,8 @@ def _assigned(path: Path) -> set[str]:
 
 
 def parameters(namespace: dict) -> dict:
-    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides); `start` sets aside
-    the ones its later cells assign and refuses any other its schema does not declare."""
-    kinds = (int, float, str, bool, list, tuple, type(None))
-    return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_") and isinstance(v, kinds)}
+    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides) and any name that is
+    one of them in other letters (papermill's `-p seq_len`, which it only warns about), whatever their values' types;
+    `start` sets aside the ones its later cells assign, and the schema refuses an undeclared name or a value of
+    another type (a numpy integer, a Path)."""
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and (k.isupper() or k.upper() in namespace)}

@@ -14,7 +14,10 @@ CORPUS = "corpus"  # the shipped text: its name as a dataset (data.long_sequence
 def _folder(variable: str, default: Path) -> Path:
     """The folder an environment variable names (an empty one counts as unset). Never created here: the command that
     writes into it creates it, so a command refused before its work leaves no empty folder behind."""
-    return user_path(os.environ.get(variable) or default, variable)
+    folder = user_path(os.environ.get(variable) or default, variable)
+    if folder.exists() and not folder.is_dir():
+        raise LongctxError(f"{variable} names {folder}, which is not a folder; unset it or name a folder.")
+    return folder
 
 
 def user_path(text, what: str = "The path") -> Path:
@@ -52,7 +55,7 @@ def notebooks_dir() -> Path:
     a course of your own)."""
     folder = _folder("LONGCTX_NOTEBOOKS", REPO / "notebooks")
     if not folder.is_dir():  # read, never written: it must be there
-        raise LongctxError(f"LONGCTX_NOTEBOOKS names {folder}, which is not a folder; unset it or name a folder of lessons.")
+        raise LongctxError(f"LONGCTX_NOTEBOOKS names {folder}, which is not there; unset it or name a folder of lessons.")
     return folder
 
 

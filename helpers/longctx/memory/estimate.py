@@ -220,7 +220,8 @@ def build_step(
     if mesh is not None:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        bf16 = dict(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed_precision else {}
+        # accelerate 1.15 (FullyShardedDataParallelPlugin.set_mixed_precision): bf16 gathers and reduces in bf16
+        bf16 = dict(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if mixed_precision else {}
         policy = MixedPrecisionPolicy(**bf16)
         for layer in net.model.layers:
             fully_shard(layer, mesh=mesh, mp_policy=policy)

@@ -46,7 +46,9 @@ class NotebookFailed(LongctxError):
 
 def notebooks() -> dict[str, Path]:
     """The lesson notebooks by name (file stem), in order."""
-    return {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}
+    if not (found := {p.stem: p for p in sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))}):
+        raise LongctxError(f"{notebooks_dir()} holds no lessons (NN_name.ipynb): unset LONGCTX_NOTEBOOKS or name their folder.")
+    return found
 
 
 def resolve(name: str) -> Path:
@@ -169,8 +171,11 @@ def check_parameters(
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
     for key in needs.MODEL_PARAMETERS:
-        if isinstance(values.get(key), str):
-            check_spec(values[key], allow_base=notebook.stem == "02_yarn")
+        try:
+            if isinstance(values.get(key), str):
+                check_spec(values[key], allow_base=notebook.stem == "02_yarn")
+        except LongctxError as exc:  # said of the parameter that names the model
+            raise LongctxError(f"{notebook.stem}: {key}={values[key]!r}: {exc}") from None
     if notebook.stem == "02_yarn":  # the committed miniatures it names
         for key in ("MODEL", "PROBE_MODEL"):
             if merged.get(key) in MINIATURES:
@@ -314,7 +319,8 @@ def run(
     if target.is_dir() and (other := next((p.name for p in target.glob("*.ipynb") if p.name != notebook.name), None)):
         # a run replaces its own results and figures: in another notebook's folder it would leave a mix of the two
         raise LongctxError(f"{target} holds another notebook's run ({other}); give {notebook.stem} an --out of its own.")
-    out = files.claim(target, "run", {"results.json": False, ".lock": False, notebook.name: False, "figures": True})
+    own = {"results.json": False, ".lock": False, notebook.name: False, f"{notebook.stem}.failed.ipynb": False, "figures": True}
+    out = files.claim(target, "run", own)
     try:  # one run at a time in a folder: filelock's OS lock, released even when its holder is killed
         with FileLock(out / ".lock", timeout=0):
             return _run_claimed(notebook, size, params, out, progress, limit, limit_how)
@@ -327,44 +333,64 @@ def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: b
     import papermill as pm
     from nbclient.exceptions import DeadKernelError
 
-    results_path, executed = out / "results.json", out / notebook.name
-    for old in (results_path, executed):  # a failed run must not leave an older run's output looking fresh
-        old.unlink(missing_ok=True)
-    shutil.rmtree(out / "figures", ignore_errors=True)  # nor an earlier run's figures beside its own
+    results_path, executed, failed_copy = out / "results.json", out / notebook.name, out / f"{notebook.stem}.failed.ipynb"
     start = time.perf_counter()
     failed = None  # a cell's error or the kernel's death: raised once the executed notebook is in place
     mark = checked_mark(notebook.stem, {**declared_parameters(notebook), **params})  # what the kernel will hold
     kernel = {"LONGCTX_OUT": str(out), "LONGCTX_SIZE": size, "LONGCTX_CHECKED": mark, "LONGCTX_EDITED": lesson_edited(notebook)}
-    # a failed write leaves nothing half-written; a run stopped before its executed notebook is in place (Ctrl-C,
-    # SIGTERM, a dead kernel) leaves no results.json; the kernel starts in an empty folder of its own, so that nothing
-    # a user or another run left in the output folder is imported as a module
-    with (
-        _dropped_unless_done(results_path),
-        files.atomic(executed) as writing,
-        warnings.catch_warnings(),
-        tempfile.TemporaryDirectory(prefix="longctx-kernel-") as cwd,
-    ):
-        warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
-        started, oom_kills = [], _oom_kills()
-        try:
-            _execute(notebook, writing, params, Path(cwd), _kernel_class(kernel, started), progress, limit, limit_how)
-        except pm.PapermillExecutionError as exc:
-            why = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
-            failed = NotebookFailed(f"{why}. The executed notebook is at {executed}.", exc.ename, exc.evalue)
-        except DeadKernelError as exc:  # killed from outside, or it exited
-            ename, why = _death(started[0] if started else None, oom_kills)
-            failed = NotebookFailed(f"{notebook.stem}: {why}", ename, str(exc))
-            if files.json_object(writing) is None:  # papermill may or may not have written it whole after the death
-                raise failed from None
-        nb = nbformat.read(writing, as_version=4)
-        for cell in (c for c in nb.cells if c.cell_type == "code"):  # without progress bars' widgets (_WIDGET)
-            cell.outputs = [o for o in cell.outputs if _WIDGET not in o.get("data", {})]
-        nb.metadata.pop("widgets", None)
-        nbformat.write(nb, writing)
-    if failed:
-        raise failed
-    if not results_path.exists():
-        raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
+    kernel |= {v: str(Path(os.environ[v]).absolute()) for v in ("LONGCTX_DATA", "LONGCTX_BUILD", "LONGCTX_NOTEBOOKS")
+               if os.environ.get(v)}  # the kernel starts elsewhere: a relative folder would be another  # fmt: skip
+    # the last run's outputs are set aside, and put back unless this run finishes (a cell's error, Ctrl-C, SIGTERM, a
+    # dead kernel); the kernel starts in an empty folder of its own, so that nothing a user or another run left in the
+    # output folder is imported as a module
+    earlier = Path(tempfile.mkdtemp(dir=out, prefix=".earlier-"))
+    try:
+        for name in (results_path.name, executed.name, failed_copy.name, "figures"):
+            if (out / name).exists() or (out / name).is_symlink():
+                os.replace(out / name, earlier / name)
+        with (
+            files.atomic(executed) as writing,
+            warnings.catch_warnings(),
+            tempfile.TemporaryDirectory(prefix="longctx-kernel-") as cwd,
+        ):
+            warnings.filterwarnings("ignore", "The specified file")  # papermill's word on the temporary name's suffix
+            started, oom_kills = [], _oom_kills()
+            try:
+                _execute(notebook, writing, params, Path(cwd), _kernel_class(kernel, started), progress, limit, limit_how)
+            except pm.PapermillExecutionError as exc:
+                why = f"{notebook.stem} failed in cell {exc.exec_count} ({exc.ename}: {exc.evalue})"
+                failed = NotebookFailed(f"{why}. The executed notebook is at {failed_copy}.", exc.ename, exc.evalue)
+            except DeadKernelError as exc:  # killed from outside, or it exited
+                ename, why = _death(started[0] if started else None, oom_kills)
+                failed = NotebookFailed(f"{notebook.stem}: {why}", ename, str(exc))
+                if files.json_object(writing) is None:  # papermill may or may not have written it whole after the death
+                    raise failed from None
+            nb = nbformat.read(writing, as_version=4)
+            for cell in (c for c in nb.cells if c.cell_type == "code"):  # without progress bars' widgets (_WIDGET)
+                cell.outputs = [o for o in cell.outputs if _WIDGET not in o.get("data", {})]
+            nb.metadata.pop("widgets", None)
+            nbformat.write(nb, writing)
+        if failed:
+            raise failed
+        if not results_path.exists():
+            raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
+    except BaseException:  # this run's partial outputs go and the last run's come back; a failed notebook stays beside
+        if failed and executed.exists():
+            os.replace(executed, failed_copy)
+        for path in (results_path, executed, out / "figures"):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        for kept in earlier.iterdir():
+            if not (out / kept.name).exists():
+                os.replace(kept, out / kept.name)
+        shutil.rmtree(earlier, ignore_errors=True)
+        raise
+    # finished: what a user put in the last run's figures/ (files its results.json does not list) is carried over
+    listed = set((files.json_object(earlier / results_path.name) or {}).get("figures", []))
+    for mine in (earlier / "figures").iterdir() if (earlier / "figures").is_dir() else ():
+        if mine.name not in listed and not (out / "figures" / mine.name).exists():
+            (out / "figures").mkdir(exist_ok=True)
+            os.replace(mine, out / "figures" / mine.name)
+    shutil.rmtree(earlier, ignore_errors=True)
     return RunResult(notebook.stem, size, out, executed, json.loads(results_path.read_text()), time.perf_counter() - start)
 
 
@@ -429,15 +455,6 @@ def _death(process, oom_kills: int) -> tuple[str, str]:
         f"the kernel {status} in the middle of a cell (a cell that ends the process, or a library that aborted). Run the "
         "notebook in JupyterLab to see the cell."
     )
-
-
-@contextlib.contextmanager
-def _dropped_unless_done(path: Path):  # removed when the block raises (KeyboardInterrupt included)
-    try:
-        yield
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
 
 
 def _execute(

@@ -209,6 +209,8 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
                 return check(value, context)
             except OSError as exc:  # the file system's answer about a path given (too long, unreadable, ...)
                 return f"cannot be read as a path: {exc.strerror or exc}"
+            except LongctxError as exc:  # a library check's refusal (an empty path, say), said of this parameter
+                return f"is refused: {str(exc).rstrip('.')}"
 
         return lambda validator, arg, value, _: [ValidationError(why)] if (why := judged(value)) else []
 
@@ -227,10 +229,14 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
     if kind == "type":
         wanted = arg if isinstance(arg, str) else next(t for t in arg if t != "null")
         why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}"
-        typed = yaml.safe_dump(bad, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()  # as -p read it
-        why += f" (quote it to pass it as text: -p '{name}=\"{typed}\"')" if wanted == "string" else ""
+        if wanted == "string":  # as -p read it (a value typed in a kernel, a Path say, as it prints)
+            try:
+                typed = yaml.safe_dump(bad, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()
+            except yaml.YAMLError:
+                typed = str(bad)
+            why += f" (quote it to pass it as text: -p '{name}=\"{typed}\"')"
         if wanted == "array" and (isinstance(bad, str) or _num(bad)):
-            listed = bad if isinstance(bad, str) else f"[{bad}]"
+            listed = bad if isinstance(bad, str) and bad.startswith("[") else f"[{bad}]"
             why += (f" (longctx run: -p '{name}={listed}'; papermill's -p passes a list as text: give it with -y "
                     f"'{name}: {listed}')")  # fmt: skip
         with contextlib.suppress(LongctxError):  # a length such as 1M or 96k, written out

@@ -199,7 +199,7 @@ def positive(text: str) -> float:
     meant); larger ones overflow the timers and counts they feed, and no flag here needs one."""
     value = float(text)  # (argparse says "invalid positive value" for what float() refuses)
     if not (math.isfinite(value) and 0 < value < 1e6):
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number below 1,000,000")
     return int(value) if value.is_integer() else value
 
 
@@ -347,6 +347,9 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets "?", not a traceback
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="replace")
     args = build_parser().parse_args(argv)
     try:
         if hasattr(signal, "SIGPIPE"):  # `longctx list | head -1` ends quietly, as command-line tools do
@@ -376,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):  # what stdout still holds goes nowhere: no second failed flush
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"longctx: error: {where}{exc.strerror or exc}. Nothing half-written was left there.", file=sys.stderr)
+        print(f"longctx: error: {where}{exc.strerror or exc}.", file=sys.stderr)
         return 1
     return 0
 

@@ -78,13 +78,17 @@ class Sweep:
             raise LongctxError(f"{', '.join(both)} given both as a fixed -p value and as a --grid key; keep one.")
         self._base = harness.size_params(path, self.size)  # an unknown size refused
         self._defaults = harness.declared_parameters(path)
-        for point in self.points():  # every point's names, types and ranges, before anything runs
+        points = self.points()  # every point's names, types and ranges, before anything runs (a large grid: counted)
+        for point in tqdm(points, desc=f"checking {len(points):,} points", disable=len(points) < 100, leave=False):
             harness.check_parameters(path, {**self._base, **self.fixed, **point}, self.size)
         default = build_dir() / "sweeps" / f"{self.notebook}-{self.size}"
         self.out = files.claim(default if self.out is None else self.out, "sweep", OWN, write=False)
-        if other := next((p.name for p in self.out.glob("source/*/*.ipynb") if p.name != path.name), None):
-            # its table would be rewritten with this notebook's points only, as a run's folder is another's (harness.run)
-            raise LongctxError(f"{self.out} holds another notebook's sweep ({other}); give this one an --out of its own.")
+        # one notebook at one size a folder: its table would be rewritten with this sweep's points only
+        held = [p.name for p in self.out.glob("source/*/*.ipynb") if p.name != path.name]
+        sizes = {_read_record(p.parent).get("size") for p in self.out.glob("points/*/point.json")} - {self.size, None}
+        held += [f"size {s}" for s in sorted(sizes)]
+        if held:
+            raise LongctxError(f"{self.out} holds another sweep ({held[0]}); give this one an --out of its own.")
 
         code = sorted(Path(__file__).parents[1].rglob("*.py")) + sorted((REPO / "scripts").glob("*"))  # the scripts it launches
         self._versions = {name: _version(name) for name in LIBRARIES} | {
@@ -225,8 +229,10 @@ def _temporary(folder: Path) -> Path:
 
 
 def _place(tmp: Path, folder: Path, record: dict) -> dict:
-    """Write the record into `tmp` and rename it into place, replacing an earlier failed attempt."""
+    """Write the record into `tmp` and rename it into place, replacing an earlier failed attempt. The point is the
+    sweep's: without the run's marker, `longctx run --out` refuses its folder."""
     write_json_atomic(tmp / "point.json", record)
+    (tmp / files.MARKER.format("run")).unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return record
@@ -256,7 +262,8 @@ def run(sweep: Sweep, *, executor="local", jobs=1, slurm: dict | None = None, me
         sweep.limit = min(sweep.limit, slurm["time"])
     data.check_built()  # before the folder is claimed: a refused sweep leaves nothing behind
     if executor != "slurm":  # the points run on this machine: check it now, each step's memory too, as a run would
-        for point in sweep.pending():  # (a SLURM node checks its own; submitit's processes would only log a refusal)
+        pending = sweep.pending()  # (a SLURM node checks its own; submitit's processes would only log a refusal)
+        for point in tqdm(pending, desc="checking this machine for each point", disable=len(pending) < 100, leave=False):
             harness.checked_run(sweep.path, sweep.size, {**sweep.fixed, **point})
     files.claim(sweep.out, "sweep", OWN)
     try:  # one sweep at a time on a folder: filelock's OS lock, released even when its holder is killed
