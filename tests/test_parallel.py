@@ -175,10 +175,14 @@ CTRL_C_AT_START = """import os, signal, sys, threading, time
 from tqdm import tqdm
 from longctx import children
 if __name__ == "__main__":
-    threading.Timer(float(sys.argv[1]), lambda: os.killpg(os.getpgrp(), signal.SIGINT)).start()
+    ctrl_c = [threading.Timer(float(sys.argv[1]) + again, os.killpg, (os.getpgrp(), signal.SIGINT)) for again in (0, 3)]
+    for timer in ctrl_c:  # the second, should the first come while the workers start (not seen then)
+        timer.daemon = True
+        timer.start()
     try:
         children.pool_map(time.sleep, [30, 30], 2, tqdm(total=2, disable=True))
     except KeyboardInterrupt:
+        ctrl_c[1].cancel()
         print("stopped")
 """
 

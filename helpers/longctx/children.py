@@ -80,7 +80,6 @@ def stop_tree(proc) -> None:
 def _pool_worker() -> None:
     stop_with_parent()  # a worker ends when the process that started it does (and its children with it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent, which stops the workers itself
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held while it started (pool_map): now ignored
     signal.signal(signal.SIGTERM, _end_worker)
 
 
@@ -97,12 +96,16 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
     results: list = [None] * len(calls)
     with bar:
         try:
-            # the workers start (Python's own start-up, before _pool_worker) with Ctrl-C held, not raised in each
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            # the workers start ignoring Ctrl-C (inherited through exec, from their first instruction: Python's own
+            # start-up comes before _pool_worker); a Ctrl-C in the milliseconds they take to start is not seen
+            before = None
+            with contextlib.suppress(ValueError):  # (only the main thread may set a handler)
+                before = signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
                 futures = {pool.submit(fn, call): i for i, call in enumerate(calls)}
             finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                if before is not None:
+                    signal.signal(signal.SIGINT, before)
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 bar.update()
