@@ -374,8 +374,8 @@ def _run_claimed(notebook: Path, size: str, params: dict, out: Path, progress: b
             raise failed
         if not results_path.exists():
             raise LongctxError(f"{notebook.stem} ran but wrote no results.json (its last cell must call session.save()).")
-    except BaseException:  # this run's partial outputs go and the last run's come back; a failed notebook stays beside
-        if failed and executed.exists():
+    except BaseException:  # this run's partial outputs go and the last run's come back; its notebook stays beside them
+        if executed.exists():
             os.replace(executed, failed_copy)
         for path in (results_path, executed, out / "figures"):
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
