@@ -1,5 +1,4 @@
 import json
-import os
 from types import SimpleNamespace
 
 import ipywidgets
@@ -73,9 +72,8 @@ def test_estimate_matches_the_real_step_on_a_tiny_model(loss, checkpointing):
     ],
 )
 def test_bad_estimates_are_refused(kwargs, named):
-    with pytest.raises(LongctxError) as err:
+    with refused(named):
         estimate("tiny", **kwargs)
-    assert named in str(err.value)
 
 
 def test_cli_estimate_json(capsys, tmp_path):
@@ -136,10 +134,8 @@ def test_an_encoder_or_a_broken_config_is_refused_before_building(tmp_path):
     for config in (BertConfig(), T5Config()):
         with refused(config.model_type):
             estimate(config, 128)
-    os.mkfifo(tmp_path / "fifo")  # a path, never a hub id: one not there, one no file or folder
-    for path in ("m/config.json", str(tmp_path / "fifo")):
-        with refused(path):
-            estimate(path, 128)
+    with refused("m/config.json"):  # a path, never a hub id: not there
+        estimate("m/config.json", 128)
     for name, value in (("num_hidden_layers", -2), ("head_dim", 0), ("intermediate_size", -1), ("num_key_value_heads", 3)):
         with refused(name):
             estimate(models.config("tiny", **{name: value}), 128)

@@ -156,11 +156,10 @@ def test_papermill_gets_the_same_refusals_in_the_lessons_first_cell(tmp_path, sy
 
 
 def test_the_first_cell_checks_every_parameter_as_the_kernel_holds_it(synthetic):
-    """Papermill's `-p steps 2` (it only warns), a value of another type typed in a kernel, the cell run before the
-    parameters cell: each refused by the name, before the run's folder is made."""
+    """A value of another type typed in a kernel, the cell run before the parameters cell: refused by name, no folder made."""
     base, runs = harness.declared_parameters(harness.resolve("00")), Path(os.environ["LONGCTX_BUILD"]) / "interactive"
     before = set(runs.rglob("*"))
-    for namespace, named in (({**base, "steps": 2}, "steps"), ({**base, "STEPS": np.int64(2)}, "STEPS"), ({"SEED": 0}, "END")):
+    for namespace, named in (({**base, "STEPS": np.int64(2)}, "STEPS"), ({"SEED": 0}, "END")):
         with refused(named):
             notebook.start("00_synthetic", notebook.parameters(namespace))
     assert set(runs.rglob("*")) == before
@@ -234,27 +233,15 @@ def test_a_folder_the_command_did_not_write_is_refused_and_left_as_it_was(synthe
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"
 
 
-def test_a_link_or_another_kind_of_entry_where_a_command_writes_is_refused(tmp_path):
-    claimed = files.claim(tmp_path / "run", "run", {"figures": True, "results.json": False})
-    theirs = tmp_path / "theirs"
-    theirs.mkdir()
-    (claimed / "figures").symlink_to(theirs)  # a run would write its figures into `theirs`
-    with refused("figures"):
-        files.claim(claimed, "run", {"figures": True})
-    (claimed / "figures").unlink()
-    (claimed / "results.json").mkdir()
-    with refused("results.json"):
-        files.claim(claimed, "run", {"results.json": False})
-    assert list(theirs.iterdir()) == []
-
-
 @pytest.mark.slow
-def test_a_second_run_into_a_folder_in_use_is_refused(synthetic, tmp_path):
-    out = files.claim(tmp_path / "out", "run")
-    with FileLock(out / ".lock"):  # another run, still writing
-        with refused(str(out)):
-            harness.run("00", "ci", out=out, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == [".lock", files.MARKER.format("run")]
+def test_a_second_run_or_sweep_into_a_folder_in_use_is_refused(synthetic, tmp_path):
+    starts = {"run": lambda out: harness.run("00", "ci", out=out, progress=False),
+              "sweep": lambda out: sweep.run(sweep.Sweep("00", "ci", {"STEPS": [2]}, out=out), progress=False)}  # fmt: skip
+    for command, start in starts.items():
+        out = files.claim(tmp_path / command, command)
+        with FileLock(out / ".lock"), refused(str(out)):  # another, still writing
+            start(out)
+        assert sorted(p.name for p in out.iterdir()) == [".lock", files.MARKER.format(command)]
 
 
 def test_every_oserror_reaching_the_cli_is_one_line_naming_the_path(tmp_path, capsys, monkeypatch):

@@ -168,28 +168,3 @@ def test_the_full_length_cp_config_says_what_the_accelerate_file_says():
     assert kw["parallelism_config"].kwargs["cp_size"] == file["parallelism_config"]["parallelism_config_cp_size"] == n
     assert kw["bf16"] is True and file["mixed_precision"] == "bf16"
     assert kw["activation_checkpointing_kwargs"] == {"offload": True} and kw["pad_to_multiple_of"] == 2 * n
-
-
-# a Ctrl-C to the terminal's process group while the pool's workers are still starting (Python's own start-up)
-CTRL_C_AT_START = """import os, signal, sys, threading, time
-from tqdm import tqdm
-from longctx import children
-if __name__ == "__main__":
-    ctrl_c = [threading.Timer(float(sys.argv[1]) + again, os.killpg, (os.getpgrp(), signal.SIGINT)) for again in (0, 3)]
-    for timer in ctrl_c:  # the second, should the first come while the workers start (not seen then)
-        timer.daemon = True
-        timer.start()
-    try:
-        children.pool_map(time.sleep, [30, 30], 2, tqdm(total=2, disable=True))
-    except KeyboardInterrupt:
-        ctrl_c[1].cancel()
-        print("stopped")
-"""
-
-
-def test_ctrl_c_while_pool_workers_start_stops_them_without_a_traceback(tmp_path):
-    (script := tmp_path / "pool.py").write_text(CTRL_C_AT_START)
-    for delay in (0.05, 0.1, 0.2):
-        done = subprocess.run([sys.executable, str(script), str(delay)], capture_output=True, text=True, timeout=60,
-                              start_new_session=True)  # fmt: skip
-        assert done.stdout.strip() == "stopped" and "Traceback" not in done.stderr, (delay, done.stderr)

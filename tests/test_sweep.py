@@ -16,7 +16,6 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import SYNTHETIC, refused
-from filelock import FileLock
 from tqdm import tqdm
 
 from longctx import LongctxError, files
@@ -115,16 +114,7 @@ def test_a_point_is_reused_only_under_the_same_notebook_settings_libraries_and_d
     assert key(str(copy)) not in keys
 
 
-def test_one_sweep_at_a_time_on_a_folder(tmp_path):
-    sw = sweep.Sweep("00", "ci", {"STEPS": [2]}, out=tmp_path / "sw")
-    files.claim(sw.out, "sweep")
-    with FileLock(sw.out / ".lock"):
-        with refused(str(sw.out)):
-            sweep.run(sw, progress=False)
-    assert not (sw.out / "points").exists()
-
-
-def test_another_notebooks_sweep_folder_is_refused_untouched(tmp_path):
+def test_another_sweeps_folder_or_a_sweeps_point_is_refused_untouched(tmp_path):
     sw = sweep.Sweep("00", "ci", {"STEPS": [2]}, out=tmp_path / "sw")
     files.claim(sw.out, "sweep")
     other = sw.out / "source" / "0123456789ab" / "01_other.ipynb"  # as another notebook's sweep left its snapshot
@@ -139,6 +129,10 @@ def test_another_notebooks_sweep_folder_is_refused_untouched(tmp_path):
     with refused("size cpu"):
         sweep.Sweep("00", "ci", {"STEPS": [2]}, out=sw.out)
     assert (sw.out / "sweep.csv").read_text() == "theirs\n" and len(list((sw.out / "points").iterdir())) == 1
+    tmp = files.claim(tmp_path / ".point.tmp", "run")  # a finished point is the sweep's: no run's folder
+    sweep._place(tmp, tmp_path / "point", {"status": "ok"})
+    with refused(str(tmp_path / "point")):  # `longctx run --out` into it would replace the point's outputs
+        files.claim(tmp_path / "point", "run", {"results.json": False})
 
 
 def test_a_metric_typo_is_refused_after_the_first_finished_point_which_is_kept(tmp_path):
@@ -155,18 +149,22 @@ def test_a_metric_typo_is_refused_after_the_first_finished_point_which_is_kept(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [["--jobs", "2"], ["--executor", "slurm-local"]], ids=["local-2-jobs", "slurm-local"])
-def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_kernel(tmp_path, flags):
+@pytest.mark.parametrize(
+    "flags,when",  # Ctrl-C once a kernel runs, or while the pool's workers are still starting (Python's own start-up)
+    [(["--jobs", "2"], "ipykernel"), (["--jobs", "2"], "spawn_main"), (["--executor", "slurm-local"], "ipykernel")],
+    ids=["local-2-jobs", "local-workers-starting", "slurm-local"],
+)
+def test_ctrl_c_stops_a_sweep_at_once_and_leaves_no_kernel(tmp_path, flags, when):
     out = tmp_path / "sw"
     cli = [a if a != "SLEEP=1" else "SLEEP=120" for a in _cli(out, *flags)]
     proc = subprocess.Popen(cli, env=ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline, below = time.time() + 120, []
     # its own processes only (a kernel sits in a session of its own; another test's kernels are not this sweep's)
-    while time.time() < deadline and not any("ipykernel" in _cmdline(p) for p in below):
-        time.sleep(0.2)
+    while time.time() < deadline and sum(when in _cmdline(p) for p in below) < (2 if when == "spawn_main" else 1):
+        time.sleep(0.05)
         below = psutil.Process(proc.pid).children(recursive=True)
     os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
+    assert proc.wait(timeout=30) == 130 and b"Traceback" not in proc.stdout.read()
     time.sleep(1)
     assert below and not [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not _done(out)
@@ -254,11 +252,3 @@ def test_the_table_plots_a_metric_against_list_values_one_tick_each(tmp_path):
         (sw.folder(point) / "point.json").write_text(json.dumps({"key": sw.key(point), **status}))
     path = sweep.write_table(sw, "total")
     assert [r["status"] for r in csv.DictReader(path.open())] == ["oom", "ok"] and (tmp_path / "sweep_total.png").exists()
-
-
-def test_a_finished_point_is_the_sweeps_and_no_runs_folder(tmp_path):
-    tmp = files.claim(tmp_path / ".point.tmp", "run")  # what the harness's run leaves in a point's temporary
-    (tmp / "results.json").write_text("{}")
-    sweep._place(tmp, tmp_path / "point", {"status": "ok"})
-    with refused(str(tmp_path / "point")):  # `longctx run --out` into it would replace the point's outputs
-        files.claim(tmp_path / "point", "run", {"results.json": False})

@@ -11,13 +11,14 @@ import nbformat
 import pytest
 from conftest import refused
 
-from longctx import LongctxError, files, plots
+from longctx import files, plots
 from longctx.notebook import write_json_atomic
 from longctx.run import harness
 from longctx.tools import site
 
 MARK = files.MARKER.format("cmd")
-# (what the folder holds, its marker, --force, refused): a command that writes "out.json" and a folder "runs/"
+# (what the folder holds: "x/" a folder, "x@" a link out of it, None: --out a link to nothing; its marker: True, "by hand"
+# (other content) or "link"; --force; refused) for a command that writes "out.json" and a folder "runs/"
 CLAIMS = [
     ([], False, False, False),  # empty
     (["notes.txt"], False, False, True),  # the user's folder
@@ -26,42 +27,34 @@ CLAIMS = [
     (["out.json", "runs/"], True, False, False),  # its own folder, written again
     (["notes.txt"], True, False, False),  # its own folder: whatever it wrote there is its own
     (["runs"], True, False, True),  # a file where it writes a folder
+    (["out.json/"], True, False, True),  # a folder where it writes a file
+    (["runs@"], True, False, True),  # a link where it writes: it would write through it
+    (["out.json"], "by hand", False, True),  # a marker made by hand is no marker
+    (["out.json"], "link", False, True),  # nor is a link of its name
+    (None, False, False, True),  # --out a link to nothing
 ]
 
 
 @pytest.mark.parametrize("present,marked,force,refuses", CLAIMS)
 def test_an_output_folder_is_new_empty_or_one_the_command_wrote(tmp_path, present, marked, force, refuses):
-    out = tmp_path / "out"
-    out.mkdir()
-    for name in present:
-        (out / name).mkdir() if name.endswith("/") else (out / name).write_text("mine")
-    if marked:
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.symlink_to(tmp_path / "nowhere") if present is None else out.mkdir()
+    for name in present or []:
+        path = out / name.rstrip("/@")
+        path.symlink_to(elsewhere) if name.endswith("@") else path.mkdir() if name.endswith("/") else path.write_text("mine")
+    if marked is True:
         files.mark_claimed(out, "cmd")
-    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    elif marked:
+        (out / MARK).symlink_to(elsewhere / "x") if marked == "link" else (out / MARK).write_text('["x"]')
+    before = {p.name: p.lstat().st_mtime_ns for p in out.iterdir()} if out.is_dir() else None
     if refuses:
         with refused(str(out)):
             files.claim(out, "cmd", {"out.json": False, "runs": True}, force=force)
-        assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # untouched
+        assert ({p.name: p.lstat().st_mtime_ns for p in out.iterdir()} if out.is_dir() else None) == before  # untouched
     else:
         assert files.claim(out, "cmd", {"out.json": False, "runs": True}, force=force) == out and files.claimed(out, "cmd")
-
-
-def test_a_marker_made_by_hand_or_a_link_named_as_it_is_no_marker(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "results.json").write_text("precious")
-    (out / MARK).write_text('["x"]')
-    with pytest.raises(LongctxError):
-        files.claim(out, "cmd")
-    (out / MARK).unlink()
-    (out / MARK).symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(LongctxError):
-        files.claim(out, "cmd")
-    assert (out / "results.json").read_text() == "precious" and not (tmp_path / "elsewhere").exists()
-    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")  # a link to nothing as the folder itself
-    with refused(str(tmp_path / "dangling")):
-        files.claim(tmp_path / "dangling", "cmd")
-    assert not (tmp_path / "nowhere").exists()
+    assert not list(elsewhere.iterdir()) and not (tmp_path / "nowhere").exists()
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])

@@ -56,15 +56,12 @@ def test_yarn_model_takes_the_settings(base):
         pretrain.load_base(wanted=4 * trained, factor=8.0)
 
 
-def test_pretrain_takes_only_the_base_models_options(tmp_path):
+def test_pretrain_takes_only_its_options_and_a_missing_base_model_names_the_command(tmp_path):
     with refused("stepz", kind=TypeError):
         pretrain.pretrain(tmp_path / "new", stepz=1)
-    assert not (tmp_path / "new").exists()
-
-
-def test_missing_base_model_names_the_command(tmp_path):
     with refused("longctx pretrain"):
         pretrain.load_base(tmp_path)
+    assert not (tmp_path / "new").exists()
 
 
 def test_text_windows_pick_the_split_and_each_model_reads_through_its_own_tokenizer():

@@ -69,7 +69,8 @@ PRESETS: dict[str, Preset] = {
 }
 
 HUB_TIMEOUT = 10  # seconds the hub's address has to answer before a hub id not in the cache is refused
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")  # "org/name" (huggingface_hub: 1 to 96 characters each)
+# "org/name" (huggingface_hub: 1 to 96 characters each); a name ending in .json is a config's path, never a hub id
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/(?![\w.-]*\.json$)[\w.-]{1,96}$")
 # Training dtypes by the names notebooks and the CLI use. "bf16" is what every estimate and every guide number assumes
 # (pure bf16 weights, gradients and activations; AdamW state in the weights' dtype).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
@@ -168,8 +169,7 @@ def check_spec(spec: str, *, allow_base: bool = False) -> None:
     """Refuse, without loading anything, a model that is none of: a preset, an existing config.json or model folder,
     a hub id ('org/name'), or (notebook 02) one of the lessons' miniatures ("base", "retrieval")."""
     path = user_path(spec, "The model")
-    hub = HUB_ID.match(spec) and not path.exists() and path.suffix != ".json"  # (a hub id names no .json file)
-    if spec in PRESETS or (allow_base and spec in MINIATURES) or hub:
+    if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
         return
     if not is_local_config(path):
         ours = f", or one of the lessons' own: {', '.join(map(repr, MINIATURES))}." if allow_base else "."
@@ -287,12 +287,10 @@ def config(spec: str, **overrides):
             raise LongctxError(f"Cannot build {spec} with {overrides}: {_said(exc, 300)}") from None
     path = user_path(spec, "The model")
     twin = {p.hub_id: f" Without the network, the preset {p.name!r} has its shape." for p in PRESETS.values()}.get(spec, "")
-    if not path.exists() and (path.suffix == ".json" or not HUB_ID.match(spec)):  # (a hub id names no .json file)
+    if not path.exists() and not HUB_ID.match(spec):
         if path.suffix == ".json" or spec.startswith((".", "/", "~")):
             raise LongctxError(f"No model config at {spec} (nothing is there): use {_KINDS}.")
         preset(spec)  # raises with the list of presets
-    if path.exists() and not (path.is_dir() or path.is_file()):  # a FIFO would block, a device is no config
-        raise LongctxError(f"{spec} is neither a config.json nor a model folder: use {_KINDS}.")
     given = path / "config.json" if path.is_dir() else path if path.exists() else cached_config(spec) or path
     loaded = json_object(given) if given.suffix == ".json" else None
     if loaded is not None and not SIZE_KEYS & set(loaded):  # transformers would fill in its class's defaults (a 7B Llama)

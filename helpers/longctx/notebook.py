@@ -85,13 +85,11 @@ def start(notebook: str, params: dict) -> Session:
     from longctx.run import harness
 
     quiet.for_lessons()
-    # a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too: those are set aside; any other
-    # undeclared name (papermill's -p with a typo, which papermill only warns about) is refused by the schema
+    # a first cell run again in JupyterLab sees the later cells' UPPER_CASE names too: those are set aside; papermill's
+    # overrides are checked whatever their names (its -p with a typo, a name a later cell assigns: it only warns)
     if (declared := schema_file(notebook)).is_file():  # the template has none yet
         names = set(yaml.safe_load(declared.read_text())["properties"])
-        if extra := sorted(_injected() - names):  # papermill's -p of a name a later cell assigns: it would be lost there
-            raise LongctxError(f"{notebook} has no parameter {extra[0]!r}. Its parameters: {', '.join(sorted(names))}.")
-        params = {k: v for k, v in params.items() if k not in _assigned(harness.resolve(notebook)) - names}
+        params = {k: v for k, v in params.items() if k not in _assigned(harness.resolve(notebook)) - names} | _injected()
         if missing := sorted(names - set(params)):  # this cell run before the parameters cell, or a name deleted
             raise LongctxError(f"{missing[0]} is not set: run the parameters cell first (it assigns {', '.join(sorted(names))}).")
         if os.environ.get("LONGCTX_CHECKED") != harness.checked_mark(notebook, params):
@@ -107,41 +105,41 @@ def start(notebook: str, params: dict) -> Session:
     return Session(notebook, dict(params), out)
 
 
-def _injected() -> set[str]:
-    """The names papermill's injected cell assigned in this kernel (its source starts "# Parameters"), from IPython's
-    history of the cells run; none outside IPython."""
-    import ast
-
+def _injected() -> dict:
+    """What papermill's injected cell (its source starts "# Parameters") set in this kernel, from IPython's history of
+    the cells run; nothing outside IPython."""
     with contextlib.suppress(ImportError, AttributeError):
         from IPython import get_ipython
 
-        cells = [ast.parse(c) for c in get_ipython().user_ns.get("In", []) if c.startswith("# Parameters")]
-        return {n.id for cell in cells for n in ast.walk(cell) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    return set()
+        space = get_ipython().user_ns
+        return {k: space[k] for k in _names(c for c in space.get("In", []) if c.startswith("# Parameters")) if k in space}
+    return {}
 
 
 def _assigned(path: Path) -> set[str]:
     """The names the lesson's own code cells assign or import."""
-    import ast
-
     import nbformat
 
+    return _names(cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")
+
+
+def _names(sources) -> set[str]:
+    """The names code assigns or imports (IPython's %magic and !shell lines aside)."""
+    import ast
+
     names = set()
-    for cell in nbformat.read(path, as_version=4).cells:
-        code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
-        if cell.cell_type == "code":
-            with contextlib.suppress(SyntaxError):
-                for n in ast.walk(ast.parse(code)):
-                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                        names.add(n.id)
-                    elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                        names |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    for source in sources:
+        code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        with contextlib.suppress(SyntaxError):
+            for n in ast.walk(ast.parse(code)):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    names.add(n.id)
+                elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                    names |= {(a.asname or a.name).split(".")[0] for a in n.names}
     return names
 
 
 def parameters(namespace: dict) -> dict:
-    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides) and any name that is
-    one of them in other letters (papermill's `-p seq_len`, which it only warns about), whatever their values' types;
-    `start` sets aside the ones its later cells assign, and the schema refuses an undeclared name or a value of
-    another type (a numpy integer, a Path)."""
-    return {k: v for k, v in namespace.items() if not k.startswith("_") and (k.isupper() or k.upper() in namespace)}
+    """The notebook's parameters: its UPPER_CASE names (after papermill injected any overrides), whatever their values'
+    types (the schema refuses a numpy integer or a Path); `start` sets aside the ones its later cells assign."""
+    return {k: v for k, v in namespace.items() if k.isupper() and not k.startswith("_")}

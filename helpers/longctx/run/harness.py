@@ -23,7 +23,7 @@ from filelock import FileLock, Timeout
 
 from longctx import children, files, quiet
 from longctx.errors import LongctxError, check_choice
-from longctx.models import PRESETS, check_spec
+from longctx.models import PRESETS
 from longctx.paths import CORPUS, MINIATURES, REPO, build_dir, data_dir, miniature, notebooks_dir, user_path
 from longctx.pretrain import manifest
 from longctx.run import needs, schema
@@ -170,16 +170,6 @@ def check_parameters(
     schema.check(notebook.stem, merged, on_cpu=on_cpu, weights=weights)
     if isinstance(values.get("DATASET"), str):  # a script-only or unknown text source
         check_dataset(values["DATASET"], splits=("train", "test"))  # 02 trains on one and scores the other
-    for key in needs.MODEL_PARAMETERS:
-        try:
-            if isinstance(values.get(key), str):
-                check_spec(values[key], allow_base=notebook.stem == "02_yarn")
-        except LongctxError as exc:  # said of the parameter that names the model
-            raise LongctxError(f"{notebook.stem}: {key}={values[key]!r}: {exc}") from None
-    if notebook.stem == "02_yarn":  # the committed miniatures it names
-        for key in ("MODEL", "PROBE_MODEL"):
-            if merged.get(key) in MINIATURES:
-                manifest(miniature(merged[key]))
 
 
 def check_lesson(name: str, params: dict) -> None:

@@ -18,12 +18,14 @@ from longctx.models import (
     cached_config,
     cached_weights,
     check_fetchable,
+    check_spec,
     check_tokenizer,
     check_weights,
     has_weights,
     is_local_config,
 )
-from longctx.paths import MINIATURES, schema_file, user_path
+from longctx.paths import MINIATURES, miniature, schema_file, user_path
+from longctx.pretrain import manifest
 
 # a whole number is an int, never 2.0 or True (JSON Schema's own "integer" takes both); a number is never nan or inf
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine("integer", lambda _, v: type(v) is int)
@@ -71,9 +73,18 @@ def _card(value, context):
 
 
 def _weights(value, context):
-    """A model a lesson trains: its weights and tokenizer loadable as the lesson loads them (a local folder's, or a
-    cached hub id's snapshot; a hub id not cached is the hub's, checked by needs)."""
-    if not (context["weights"] and isinstance(value, str)) or value in (*PRESETS, *MINIATURES):
+    """A model a lesson trains: a preset, one of the lessons' own miniatures where the schema says `x-weights:
+    miniatures`, or weights and a tokenizer loadable as the lesson loads them (a local folder's, or a cached hub id's
+    snapshot; a hub id not cached is the hub's, checked by needs)."""
+    if not isinstance(value, str) or value in PRESETS:
+        return None
+    if value in MINIATURES:
+        if context["arg"] != "miniatures":
+            return f"is one of lesson 02's own models ({', '.join(MINIATURES)}): give a preset, a model folder or a hub id"
+        manifest(miniature(value))  # the committed miniature, whole
+        return None
+    check_spec(value)
+    if not context["weights"]:
         return None
     if cached := cached_config(value):
         check_fetchable({value: "weights"}, "Loading its weights")  # a cache holding pickled weights only: refused here
@@ -86,7 +97,7 @@ def _weights(value, context):
             )
         folder = path
     else:
-        return None  # no model at all: check_spec names it
+        return None  # a hub id not cached
     try:
         check_weights(folder) if folder else None
         check_tokenizer(folder) if folder else None
@@ -100,6 +111,7 @@ def _config(value, context):
     hub's, checked by needs)."""
     if not isinstance(value, str) or value in PRESETS:
         return None
+    check_spec(value)
     if is_local_config(path := user_path(value, "The model")) or cached_config(value):
         from longctx.memory.estimate import check_model
         from longctx.models import config
@@ -204,15 +216,15 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
     context = {"on_cpu": on_cpu, "weights": weights}
 
     def keyword(check):  # a jsonschema keyword from `check(value, context) -> why or None`
-        def judged(value):
+        def judged(value, arg):
             try:
-                return check(value, context)
+                return check(value, {**context, "arg": arg})  # (arg: the keyword's value in the schema)
             except OSError as exc:  # the file system's answer about a path given (too long, unreadable, ...)
                 return f"cannot be read as a path: {exc.strerror or exc}"
             except LongctxError as exc:  # a library check's refusal (an empty path, say), said of this parameter
                 return f"is refused: {str(exc).rstrip('.')}"
 
-        return lambda validator, arg, value, _: [ValidationError(why)] if (why := judged(value)) else []
+        return lambda validator, arg, value, _: [ValidationError(why)] if (why := judged(value, arg)) else []
 
     keywords = {k: keyword(f) for k, f in KEYWORDS.items()}
     keywords["x-relations"] = lambda validator, rels, params, _: _relations(params, rels)
@@ -229,12 +241,7 @@ def check(notebook: str, params: dict, *, on_cpu: bool = True, weights: bool = T
     if kind == "type":
         wanted = arg if isinstance(arg, str) else next(t for t in arg if t != "null")
         why = f"must be {_WORDS[wanted]}, not {type(bad).__name__} {bad!r}"
-        if wanted == "string":  # as -p read it (a value typed in a kernel, a Path say, as it prints)
-            try:
-                typed = yaml.safe_dump(bad, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()
-            except yaml.YAMLError:
-                typed = str(bad)
-            why += f" (quote it to pass it as text: -p '{name}=\"{typed}\"')"
+        why += f" (quote it to pass it as text: -p '{name}=\"{bad}\"')" if wanted == "string" else ""
         if wanted == "array" and (isinstance(bad, str) or _num(bad)):
             listed = bad if isinstance(bad, str) and bad.startswith("[") else f"[{bad}]"
             why += (f" (longctx run: -p '{name}={listed}'; papermill's -p passes a list as text: give it with -y "

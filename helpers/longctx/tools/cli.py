@@ -347,9 +347,6 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character gets "?", not a traceback
-        with contextlib.suppress(AttributeError, ValueError):
-            stream.reconfigure(errors="replace")
     args = build_parser().parse_args(argv)
     try:
         if hasattr(signal, "SIGPIPE"):  # `longctx list | head -1` ends quietly, as command-line tools do
