@@ -10,7 +10,7 @@ from pathlib import Path
 from longctx import device
 from longctx.errors import LongctxError, check_choice
 from longctx.files import json_object
-from longctx.paths import MINIATURES, user_path
+from longctx.paths import user_path
 
 
 @dataclass(frozen=True)
@@ -165,15 +165,12 @@ def check_fetchable(ids: dict[str, str], run: str) -> list[str]:
     return missing
 
 
-def check_spec(spec: str, *, allow_base: bool = False) -> None:
+def check_spec(spec: str) -> None:
     """Refuse, without loading anything, a model that is none of: a preset, an existing config.json or model folder,
-    a hub id ('org/name'), or (notebook 02) one of the lessons' miniatures ("base", "retrieval")."""
+    a hub id ('org/name'). (Lesson 02's miniatures are its schema's: run/schema.py.)"""
     path = user_path(spec, "The model")
-    if spec in PRESETS or (allow_base and spec in MINIATURES) or (HUB_ID.match(spec) and not path.exists()):
-        return
-    if not is_local_config(path):
-        ours = f", or one of the lessons' own: {', '.join(map(repr, MINIATURES))}." if allow_base else "."
-        raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}{ours}")
+    if spec not in PRESETS and not (HUB_ID.match(spec) and not path.exists()) and not is_local_config(path):
+        raise LongctxError(f"Unknown model {spec!r}: use {_KINDS}.")
 
 
 READ_WHOLE_BYTES = 512 * 2**20  # weights up to this size are loaded before a run (the CPU sizes' models), larger in it
