@@ -97,9 +97,8 @@ def test_lengths_parse():
             parse_length(bad)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_cuda_measurement_without_cuda_is_refused():
-    if torch.cuda.is_available():
-        pytest.skip("checks the refusal on a machine without CUDA")
     with refused("cuda"):
         measure(lambda: None, model=torch.nn.Linear(2, 2), device="cuda")
 

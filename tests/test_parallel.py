@@ -111,11 +111,10 @@ def test_a_timed_out_launch_leaves_no_rank_behind(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not parallel.deepspeed_available(), reason="DeepSpeed is not installed (pip install 'longctx[deepspeed]')")
 def test_a_stale_deepspeed_build_lock_does_not_stop_a_ulysses_run(tmp_path, monkeypatch):
     """A DeepSpeed op build killed midway leaves torch's lock file in the extensions folder; torch waits on it without
     a limit. The Ulysses run builds nothing on a CPU (compat.deepspeed_without_shm_build), so it finishes."""
-    if not parallel.deepspeed_available():
-        pytest.skip("DeepSpeed is not installed (pip install 'longctx[deepspeed]')")
     extensions = tmp_path / "torch_extensions"
     (extensions / "deepspeed_shm_comm").mkdir(parents=True)
     (extensions / "deepspeed_shm_comm" / "lock").touch()  # what a killed build leaves
