@@ -51,9 +51,7 @@ def test_host_pool_through_a_real_trainers_training(tmp_path):
     "kwargs,device,fragment",
     [
         (dict(offload=True, checkpointing=False), "cpu", "checkpointing"),
-        (dict(offload=True, checkpointing=True), "cpu", "host-pool"),
-        (dict(offload="host-pool", checkpointing=True), "cuda", "offload=True"),
-        (dict(offload="yes", checkpointing=True), "cpu", "offload"),
+        (dict(offload=True, checkpointing=True), "cpu", "HostPool"),
     ],
 )
 def test_offload_refusals(kwargs, device, fragment):

@@ -12,7 +12,7 @@ from conftest import refused
 from longctx import LongctxError, models
 from longctx.paths import REPO
 from longctx.run import parallel
-from longctx.run.cp_worker import sft_call
+from longctx.run.cp_worker import sft_kwargs
 
 
 def _cfg(**changes):
@@ -156,14 +156,13 @@ def test_pool_workers_end_with_the_process_that_started_them(tmp_path):
 
 
 def test_the_full_length_cp_config_says_what_the_accelerate_file_says():
-    """Lesson 04 prints this config and scripts/context_parallel_8gpu.yaml as two ways to launch the same run."""
+    """A rank's config and scripts/context_parallel_8gpu.yaml: two ways to launch the same run."""
 
     file = yaml.safe_load((REPO / "scripts" / "context_parallel_8gpu.yaml").read_text())
     n = file["num_processes"]
     spec = dict(mode="cp", device="cuda", model="qwen3-4b", seq_len=1048576, seed=0, checkpointing=True, out="o")
-    kw = sft_call(dict(spec, offload=True, pad_to_multiple_of=2 * n), n).kwargs
+    kw = sft_kwargs(spec, n)
     assert kw["fsdp"] is True and file["distributed_type"] == "FSDP"
     assert kw["fsdp_config"]["fsdp_version"] == file["fsdp_config"]["fsdp_version"] == 2
-    assert kw["parallelism_config"].kwargs["cp_size"] == file["parallelism_config"]["parallelism_config_cp_size"] == n
+    assert kw["parallelism_config"].cp_size == file["parallelism_config"]["parallelism_config_cp_size"] == n
     assert kw["bf16"] is True and file["mixed_precision"] == "bf16"
-    assert kw["activation_checkpointing_kwargs"] == {"offload": True} and kw["pad_to_multiple_of"] == 2 * n

@@ -4,7 +4,7 @@ import pytest
 from conftest import small_config
 from transformers import BertConfig
 
-from longctx import LongctxError
+from longctx import LongctxError, models
 from longctx.compat import fused_head_tiles
 from longctx.lengths import MAX_TOKENS
 from longctx.memory import plan
@@ -129,6 +129,7 @@ def test_another_attention_is_left_for_sdpa_in_a_step_of_its_own_before_the_cp_s
     assert steps[4][0] == steps[3][0] + ["SDPA attention"] and steps[5][0] == steps[4][0] + ["context parallel ×2"]
     others = [[lever for lever in levers if lever != "SDPA attention"] for levers, _ in steps if levers[-1] != "SDPA attention"]
     assert others == [levers for levers, _ in plan.ladder(4)]  # otherwise the same steps as with SDPA throughout
+    assert plan.check(models.config("tiny"), 4096, 4, 80, attn="flash_attention_2") == 80  # a GPU's kernel: not refused
 
 
 @pytest.mark.exhaustive

@@ -12,7 +12,7 @@ from trl import SFTConfig, SFTTrainer
 
 from longctx import data, models, recipe, train
 from longctx.levers import rope, tiled_mlp
-from longctx.run.cp_worker import sft_call as rank_call
+from longctx.run.cp_worker import sft_kwargs
 
 CPU = train.on_this_machine("cpu")
 
@@ -82,7 +82,7 @@ def test_the_helpers_own_configs_build_on_this_machine():
     """cp_worker's rank config (a launch without a lesson's `args`) builds with the installed trl, transformers and
     accelerate."""
     spec = {"out": "o", "seed": 0, "checkpointing": True, "seq_len": 8192, "device": "cpu", "mode": "cp"}
-    built = rank_call(spec, 4).build()
+    built = SFTConfig(**sft_kwargs(spec, 4))
     assert built.parallelism_config.cp_size == 4 and built.fsdp
 
 

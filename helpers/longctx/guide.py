@@ -38,8 +38,6 @@ NAIVE_8B_1M = Figure(
     0.01,
     "arithmetic",
 )
-OFFLOAD_RESIDENT = Figure(4, "bands of saved inputs still on the GPU in that step with offload")
-OFFLOAD_NO_GAIN_BELOW = Figure(49152, "Qwen3-4B: offload makes no difference below ~48k tokens (tokens)")
 MLP_INTERMEDIATE_1M = Figure(19, "Qwen3-4B at 1,048,576 tokens: one MLP intermediate (GB)")
 MLP_FOUR_1M = Figure(76, "... four of them alive at once in one layer's backward (GB)", 0.01, "arithmetic")
 # Past the guide: ALST (Bekman et al. 2025, arXiv:2506.13996), Llama-3.1-8B with TiledMLP, tiled loss, checkpoint offload

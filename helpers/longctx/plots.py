@@ -253,7 +253,7 @@ def _legend_beside(ax) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
 
 
-# the time model's parts of a step (memory/timing.PARTS), in stacking order
+# the time model's parts of a step (memory/timing.step_time's parts), in stacking order
 TIME_COLORS = {
     "linear": "#4C72B0", "attention": "#C44E52", "recomputation": "#DD8452", "other": "#937860",
     "optimizer": "#55A868", "copies": "#8172B3", "communication": "#DA8BC3", "host": "#8C8C8C", "fixed": "#CCB974",

@@ -4,7 +4,6 @@ calls (`written`) and holds them to what ran (`drift`), so a recipe cannot say o
 
 import ast
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 # The arguments that switch each lever on: a run that changes one of them must have its recipe say so (`drift`).
@@ -22,27 +21,6 @@ LEVERS = {
     "padding": ("max_length", "pad_to_multiple_of", "torch_compile", "activation_checkpointing"),
     "static cache": ("cache_implementation", "max_completion_length", "num_generations"),
 }
-
-
-@dataclass(frozen=True)
-class Call:
-    target: type
-    kwargs: dict = field(default_factory=dict)
-
-    def build(self):
-        """The object itself: nested calls built first."""
-        return self.target(**_each_call(self.kwargs, Call.build))
-
-
-def _each_call(value, do):
-    """`value` with each Call in it (in dicts, lists and tuples too) replaced by `do(call)`."""
-    if isinstance(value, Call):
-        return do(value)
-    if isinstance(value, dict):
-        return {k: _each_call(v, do) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_each_call(v, do) for v in value)
-    return value
 
 
 # A lesson's recipe ("In your own script") is literal code in its markdown; the keys that say where and how long a

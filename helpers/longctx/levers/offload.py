@@ -7,9 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from longctx.errors import LongctxError, check_choice
-
-MODES = (False, True, "host-pool")
+from longctx.errors import LongctxError
 
 
 def install(model, pack, unpack) -> None:
@@ -85,16 +83,13 @@ def host_bytes_per_step(layers: int, seq_len: int, hidden: int, dtype_bytes: int
     return layers * batch * seq_len * hidden * dtype_bytes
 
 
-def check_offload(offload, *, checkpointing: bool, device: str) -> None:
+def check_offload(offload: bool, *, checkpointing: bool, device: str) -> None:
     """Refuse offload settings that cannot work, before a model is built."""
-    check_choice("offload", offload, MODES)
     if offload and not checkpointing:
         raise LongctxError("Activation offload moves the tensors checkpointing saves: turn gradient_checkpointing on.")
-    if offload is True and device == "cpu":
+    if offload and device == "cpu":
         raise LongctxError(
             "offload=True moves saved activations from an accelerator to host memory; on the CPU they are the same memory "
             "(upstream's save_on_cpu raises 'pin_memory=True requires a CUDA or other accelerator backend'). Run on a "
-            "GPU, or use offload='host-pool' to measure which tensors would leave the device."
+            "GPU; on the CPU, offload.HostPool measures which tensors would leave the device."
         )
-    if offload == "host-pool" and device != "cpu":
-        raise LongctxError("offload='host-pool' is the CPU stand-in; on an accelerator use offload=True (save_on_cpu).")

@@ -33,18 +33,17 @@ def training_budget(
     method: str = "full",
     *,
     weight_dtype: str = "bf16",
-    grad_dtype: str | None = None,
     state_dtype: str = "fp32",
     trainable_params: float = 0,
     trainable_tensors: int = 0,
     adapter_dtype: str | None = None,
 ) -> Budget:
-    """Bytes for weights, gradients and AdamW state, before any activation. full: every weight is trained; gradients in
-    `grad_dtype` (default: the weight dtype). lora: the base weights are frozen (no gradient, no optimizer state);
+    """Bytes for weights, gradients and AdamW state, before any activation. full: every weight is trained, its gradients in its
+    dtype. lora: the base weights are frozen (no gradient, no optimizer state);
     `trainable_params` adapter weights in `adapter_dtype` (default: the weight dtype) carry gradients and AdamW state.
     qlora: as lora, with the frozen base stored in 4 bits (`weight_dtype="nf4"`)."""
     check_choice("method", method, METHODS)
-    dtypes = dict(weight_dtype=weight_dtype, grad_dtype=grad_dtype, state_dtype=state_dtype, adapter_dtype=adapter_dtype)
+    dtypes = dict(weight_dtype=weight_dtype, state_dtype=state_dtype, adapter_dtype=adapter_dtype)
     for name, dt in dtypes.items():
         if dt is not None:
             check_choice(name, dt, BYTES)
@@ -53,9 +52,9 @@ def training_budget(
     if method != "full" and trainable_params <= 0:
         raise LongctxError(f"method={method!r} needs trainable_params (the adapter's parameter count) > 0.")
     if method == "full":  # every weight trained, in its own dtype
-        trained, frozen, dtype, grad = n_params, 0, weight_dtype, grad_dtype or weight_dtype
+        trained, frozen, dtype = n_params, 0, weight_dtype
     else:  # the adapters (bf16 beside a 4-bit base) trained, the base frozen
         trained, frozen = trainable_params, n_params
-        dtype = grad = adapter_dtype or ("bf16" if weight_dtype == "nf4" else weight_dtype)
-    optimizer = trained * 2 * BYTES[state_dtype] + trainable_tensors * BYTES["fp32"]
-    return Budget(method, frozen * BYTES[weight_dtype] + trained * BYTES[dtype], trained * BYTES[grad], optimizer)
+        dtype = adapter_dtype or ("bf16" if weight_dtype == "nf4" else weight_dtype)
+    optimizer = trained * 2 * BYTES[state_dtype] + trainable_tensors * BYTES["fp32"]  # gradients: the trained dtype
+    return Budget(method, frozen * BYTES[weight_dtype] + trained * BYTES[dtype], trained * BYTES[dtype], optimizer)

@@ -10,7 +10,6 @@ from longctx.units import GIB, MIB
 # Between nodes, per GPU and direction: one 400 Gb/s link per GPU, NVIDIA DGX H100's eight ConnectX-7 ports ("up to
 # 400 Gb/s InfiniBand/Ethernet", the DGX BasePOD reference architecture), as AWS p5's 3,200 Gb/s EFA per 8 GPUs
 FABRIC_GB_S = 400 / 8
-FABRIC = "400 Gb/s per GPU between nodes (NVIDIA DGX H100: eight ConnectX-7 ports; AWS p5: 3,200 Gb/s EFA per 8 GPUs)"
 
 # nvidia-smi's totals as a cloud provider listed them for its fleet (January 2025)
 _NVIDIA_SMI_TOTALS = "nvidia-smi totals listed in github.com/modal-labs/modal-client/pull/2797"

@@ -27,18 +27,6 @@ COMM_NAMES |= {OTHER_COLLECTIVE: "other collective", ALL_TO_ALL: "ulysses all-to
 SDPA, SDPA_EFFICIENT, FLASH_ATTN, EAGER = 1, 2, 3, 4
 
 _aten = torch.ops.aten
-ATTENTION_OPS = {
-    _aten._scaled_dot_product_flash_attention,
-    _aten._scaled_dot_product_flash_attention_backward,
-    _aten._scaled_dot_product_efficient_attention,
-    _aten._scaled_dot_product_efficient_attention_backward,
-    _aten._scaled_dot_product_cudnn_attention,
-    _aten._scaled_dot_product_cudnn_attention_backward,
-    _aten._flash_attention_forward,
-    _aten._flash_attention_backward,
-    _aten._efficient_attention_forward,
-    _aten._efficient_attention_backward,
-}
 # torch 2.13's flop registry lacks the CPU flash kernel (a context-parallel trace runs it); its arguments are the CUDA
 # flash kernel's: (query, key, value, ...) and (grad_out, query, key, value, ...)
 _CPU_FLASH = {
@@ -109,7 +97,7 @@ def _kind(func) -> tuple:
     written = tuple(i for i, a in enumerate(func._schema.arguments) if a.alias_info and a.alias_info.is_write)
     if namespace in ("_c10d_functional", "c10d"):
         return "collective", name, written
-    if packet in _CPU_FLASH or packet in ATTENTION_OPS:
+    if packet in _CPU_FLASH or packet in flop_registry and "attention" in name:  # SDPA's, flash's, cuDNN's kernels
         return "attention", name, written
     if packet in flop_registry:
         return "batched" if packet in _BATCHED else "product", name, written
@@ -120,14 +108,8 @@ def _kind(func) -> tuple:
 
 
 def _tensors(values) -> list:
-    """The tensors among `values`, one level of lists looked into (an operator's tensor-list arguments)."""
-    found = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            found.append(v)
-        elif isinstance(v, (list, tuple)):
-            found += [t for t in v if isinstance(t, torch.Tensor)]
-    return found
+    """The tensors among `values`, lists looked into (an operator's tensor-list arguments)."""
+    return [t for t in tree_leaves(list(values)) if isinstance(t, torch.Tensor)]
 
 
 def of_op(func, args, kwargs, out, *, attention_module, recompute: bool) -> list[int]:
@@ -183,7 +165,7 @@ def _collective(row, func, name, args, kwargs, ins, outs, *, functional: bool) -
     it keeps of the others'."""
     given_in, given_out = _arg(func, args, kwargs, "input_tensor"), _arg(func, args, kwargs, "output_tensor")
     if given_out is not None:  # c10d's in-place collectives take their output as an argument (FSDP2's)
-        ins, outs = [t for t in tree_leaves(given_in) if isinstance(t, torch.Tensor)], tree_leaves(given_out)
+        ins, outs = _tensors([given_in]), tree_leaves(given_out)
     size_in, size_out = sum(map(_nbytes, ins)), sum(map(_nbytes, outs))
     if name == "wait_tensor":
         row[COL["comm"]] = WAIT

@@ -70,6 +70,7 @@ def check_levers(
         ("cp_comm", cp_comm, CP_COMMS),
     ):
         check_choice(name, value, choices)
+    dropout = getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "attention_dropout", 0) or 0
     rules = (
         (seq_len * batch > MAX_TOKENS, f"{seq_len * batch:,} tokens per step: longctx estimates up to {MAX_TOKENS:,} "
          "(16 times the guide's million-token step); give a shorter sequence or a smaller batch."),
@@ -89,7 +90,7 @@ def check_levers(
          "go through longctx.run.parallel.launch."),
         (cp_size > 1 and attn_implementation != "sdpa", "torch's context_parallel splits the sequence by routing "
          "scaled_dot_product_attention through its ring: a context-parallel step needs attn_implementation='sdpa'."),
-        (cp_size > 1 and _attention_dropout(cfg), f"This config's attention_dropout is {_attention_dropout(cfg)}: torch's "
+        (cp_size > 1 and dropout, f"This config's attention_dropout is {dropout}: torch's "
          "context parallelism (2.13) cannot run SDPA with dropout (its ring meets the plain dropout mask beside its "
          "DTensors: 'aten.add.Tensor got mixed torch.Tensor and DTensor'), in training as in this estimate. Set "
          "attention_dropout to 0 in the config (long-context fine-tuning runs without it), or drop --cp-size."),
@@ -113,10 +114,6 @@ def check_levers(
         raise LongctxError(broken)
     if cp_size * sp_size > 1:
         check_plan(cfg, seq_len, cp_size=cp_size, sp_size=sp_size)
-
-
-def _attention_dropout(cfg) -> float:
-    return getattr(cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg, "attention_dropout", 0) or 0
 
 
 def _flash_kernels(cfg) -> list | None:

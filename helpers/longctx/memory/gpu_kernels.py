@@ -10,10 +10,6 @@ from longctx.memory import costs
 from longctx.memory.costs import charge, repeated  # noqa: F401  (compat.gpu_dispatch charges through its stand-ins)
 
 
-def _round_up(n: int, to: int) -> int:
-    return -(-n // to) * to
-
-
 class FlashAttention(torch.autograd.Function):
     """FlashAttention-2 as its C++ entry points allocate (flash-attention's `csrc/flash_attn/flash_api.cpp`, vendored by
     PyTorch for SDPA's flash kernel), with q/k/v in SDPA's (batch, heads, seq, head_dim) layout. forward (`mha_fwd`):
@@ -42,7 +38,7 @@ class FlashAttention(torch.autograd.Function):
         flops = costs.causal_attention_flops(q.shape, k.shape, backward=True, causal=ctx.causal)
         costs.charge(attention=flops, backward=True, kernel=ctx.kernel)
         b, h, s, d = q.shape
-        rows, width = _round_up(s, 128), _round_up(d, 32) if d <= 192 else 256
+        rows, width = -(-s // 128) * 128, -(-d // 32) * 32 if d <= 192 else 256  # rounded up
         scratch = [q.new_empty((b, h, rows), dtype=torch.float32), q.new_empty((b, rows, h, width), dtype=torch.float32)]
         if k.shape[1] != h:
             scratch += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, v.shape[3]))]

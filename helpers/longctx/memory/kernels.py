@@ -47,7 +47,6 @@ RATES["efficient", "hopper"] = Rate(
 )  # fmt: skip
 ASSUMED = {"ada": "ampere"}  # no figures for Ada cards: Ampere's shares, said so
 SDPA_BACKENDS = ("cudnn", "flash")  # what `sdpa` without a mask may run on CUDA (the efficient kernel takes masks)
-ATTN_KERNELS = {"flash_attention_2": "flash", "flash_attention_3": "flash3"}  # transformers' kernels outside SDPA
 
 
 def sdpa_backend(architecture: str) -> str:

@@ -24,16 +24,13 @@ _TRACKER_NAMES = dict(zip(("Parameter", "Buffer", "Gradient", "Optstate", "Activ
 def tensor_device(spec) -> torch.device:
     """The device as a tensor on it reports it: "cpu:0" → cpu, "cuda" → cuda:<current>, "cuda:1" → cuda:1.
     (`torch.device("cuda") == torch.device("cuda", 0)` is False: a profile keyed by the user's spelling reads nothing.)"""
-    device = torch.device(spec)
-    if device.type in ("cpu", "meta"):
-        return torch.device(device.type)
-    here = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
-    if here is None or here.type != device.type:
+    try:
+        return torch.empty(0, device=spec).device
+    except (RuntimeError, AssertionError):  # no such device here (torch built without CUDA asserts)
         raise LongctxError(
-            f"{str(device)!r} was asked for but there is no {device.type.upper()} device here; measure "
-            "on 'cpu', or estimate the full size with longctx.memory.estimate."
-        )
-    return torch.device(device.type, torch.accelerator.current_device_index()) if device.index is None else device
+            f"{str(spec)!r} was asked for but there is no such device here; measure on 'cpu', or estimate the full size "
+            "with longctx.memory.estimate."
+        ) from None
 
 
 class TimelineTracker(FakeStepMemTracker):

@@ -28,7 +28,8 @@ def check(cfg, seq_len: int, gpus: int, gpu_memory_gib: float, attn: str = "sdpa
         raise LongctxError("mixed precision applies to the plan's CP steps (FSDP2), and one GPU has none: --gpus 2 or more.")
     if gpus > 1:
         check_plan(cfg, seq_len, cp_size=gpus)  # the largest CP step: length multiple, attention kinds
-    check_levers(cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1, attn_implementation=attn)
+    check_levers(cfg, seq_len, loss="plain", checkpointing=False, offload=False, dtype="bf16", batch=1, device="cuda",
+                 attn_implementation=attn)  # the plan prices GPU steps  # fmt: skip
     return gib
 
 
@@ -40,14 +41,9 @@ def _estimate(args):
     time = timing.step_time(profile, card, sdpa=sdpa)
     sdpa_alone = kwargs.get("attn_implementation", "sdpa") == "sdpa" and kwargs.get("cp_size", 1) == 1
     flash = timing.step_time(profile, card, sdpa="flash")["seconds"] if sdpa_alone else None
-    return (
-        profile.peak_gib,
-        profile.meta["wall_seconds"],
-        time["seconds"],
-        time["tokens_per_second"],
-        flash,
-        timing.kernel_names(time),
-    )
+    return {"per_gpu_peak_gib": profile.peak_gib, "estimate_seconds": profile.meta["wall_seconds"], "step_seconds":
+            time["seconds"], "tokens_per_second": time["tokens_per_second"], "flash_attention_2_seconds": flash,
+            "attention": timing.kernel_names(time)}  # fmt: skip
 
 
 def ladder(
@@ -108,11 +104,8 @@ def plan(
         _estimate, [(model, seq_len, steps[i][1], card, sdpa_backend) for i in order], workers, bar, start=start
     )
     results = [done[order.index(i)] for i in range(len(steps))]
-    rows = [
-        {"levers": levers, "per_gpu_peak_gib": peak, "fits": peak <= gib, "estimate_seconds": secs, "gpus": kw.get("cp_size", 1),
-         "step_seconds": step, "tokens_per_second": rate, "flash_attention_2_seconds": flash, "attention": kernel}
-        for (levers, kw), (peak, secs, step, rate, flash, kernel) in zip(steps, results)
-    ]  # fmt: skip
+    rows = [{"levers": levers, "gpus": kw.get("cp_size", 1), **r, "fits": r["per_gpu_peak_gib"] <= gib}
+            for (levers, kw), r in zip(steps, results)]  # fmt: skip
     fitting = [r for r in rows if r["fits"]]
     return {
         "model": model,
@@ -153,12 +146,10 @@ def table(result: dict) -> str:
         lines.append(f"fastest that fits: {' + '.join(fastest['levers'])} ({fastest['step_seconds']:.1f} s per step on "
                      f"{fastest['gpus']} GPU(s), {fastest['tokens_per_second']:,.0f} tokens/s)")  # fmt: skip
         fitting = sorted((r for r in result["steps"] if r["fits"]), key=lambda r: r["step_seconds"])
-        lines += [
-            "  fitting, fastest first (and GPU-seconds per step): "
-            + "; ".join(
-                f"{short_label(r['levers'])} {r['step_seconds']:.1f} s ({r['step_seconds'] * r['gpus']:.0f})" for r in fitting
-            )
-        ]
+        runs = "; ".join(
+            f"{short_label(r['levers'])} {r['step_seconds']:.1f} s ({r['step_seconds'] * r['gpus']:.0f})" for r in fitting
+        )
+        lines.append(f"  fitting, fastest first (and GPU-seconds per step): {runs}")
     if result.get("host_state"):
         lines.append(f"  the optimizer's step on the host priced at {timing.HOST_ADAM_SOURCE}")
     if result.get("capacity"):

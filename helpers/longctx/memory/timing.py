@@ -65,27 +65,21 @@ ASSUMED = {"ampere": "hopper", "ada": "hopper"}  # no step measured on these: Ho
 # to an 11.6B parameter GPT2 model" (github.com/deepspeedai/DeepSpeed/pull/735; the host's CPU is not named)
 HOST_ADAM = 11.6e9 / 8.2
 HOST_ADAM_SOURCE = "DeepSpeed's CPU Adam: 11.6B parameters in 8.2 s (deepspeedai/DeepSpeed pull request 735)"
-PARTS = ("linear", "attention", "recomputation", "other", "optimizer", "copies", "communication", "host", "fixed")
-
-
-def efficiency(card: cards.Card) -> tuple[Efficiency, bool]:
-    """The card's efficiencies and whether they were fitted on its architecture (False: assumed from another)."""
-    fitted = card.architecture in EFFICIENCY
-    return EFFICIENCY[card.architecture if fitted else ASSUMED[card.architecture]], fitted
 
 
 def step_time(
     profile, gpu: str = cards.DEFAULT, eff: Efficiency | None = None, sdpa: str | None = None, replicas: int = 1
 ) -> dict:
     """Seconds per step of an estimated `profile` on the card `gpu` (a name from cards.CARDS), with tokens per second,
-    MFU, the breakdown into PARTS (they add up to the step), the FLOPs and bytes behind it and the attention kernel
+    MFU, the breakdown into parts (they add up to the step), the FLOPs and bytes behind it and the attention kernel
     priced."""
     card = cards.card(gpu)
     if card is None:
         raise LongctxError(f"A step's time needs a card's speeds: name one of {', '.join(cards.CARDS)} (got {gpu!r}).")
     if profile.costs is None or profile.meta.get("device") != "cuda":
         raise LongctxError("A step's time is priced from an estimate of the GPU's step (estimate(..., device='cuda')).")
-    eff, fitted = (eff, True) if eff is not None else efficiency(card)
+    fitted = eff is not None or card.architecture in EFFICIENCY  # False: another architecture's, said so
+    eff = eff or EFFICIENCY[ASSUMED.get(card.architecture, card.architecture)]
     c, phases = profile.costs.astype(np.float64), np.asarray(profile.phases)
     peak = card.bf16_tflops * 1e12
     linear = c[:, COL["linear_flops"]] / (peak * eff.linear)
@@ -105,7 +99,11 @@ def step_time(
     replica_link = replica_bytes / ((card.gpu_gb_s if gpus * replicas <= card.node_gpus else card.fabric_gb_s) * 1e9)
     kind, recompute, optimizer = c[:, COL["comm"]].astype(int), c[:, COL["recompute"]] > 0, phases == "optimizer"
     stream = linear + attention + memory + copies  # one stream, in trace order
-    has_attention = (c[:, COL["attention_flops"]] + c[:, COL["attention_backward_flops"]]) > 0
+    both = {
+        "linear": c[:, COL["linear_flops"]],
+        "attention": c[:, COL["attention_flops"]] + c[:, COL["attention_backward_flops"]],
+    }
+    has_attention = both["attention"] > 0
     ring = _waited(np.cumsum(stream), kind, link, has_attention)
     fsdp = _fsdp_exposed(stream, phases, kind, link, replica_link)
     parts = {
@@ -121,10 +119,6 @@ def step_time(
     }
     seconds = sum(parts.values())
     tokens = profile.meta["seq_len"] * profile.meta["batch"] * replicas  # every replica's sequences
-    both = {
-        "linear": c[:, COL["linear_flops"]],
-        "attention": c[:, COL["attention_flops"]] + c[:, COL["attention_backward_flops"]],
-    }
     flops = {
         phase: {k: float(v[rows].sum()) for k, v in both.items()}
         for phase, rows in (

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from longctx.recipe import Call
-
 
 def deepspeed_config() -> dict:
     """The Ulysses run's DeepSpeed config. `torch_adam`: torch.optim.AdamW, where DeepSpeed would pick FusedAdam on a
@@ -22,38 +20,35 @@ def deepspeed_config() -> dict:
     return dict(batch, zero_optimization=dict(stage=1), optimizer=adam)
 
 
-def sft_call(spec: dict, world: int):
-    """The SFTConfig of one rank, as a recipe.Call (what a lesson prints and a rank builds): one step, no clipping (the
-    gradients are compared as computed)."""
+def sft_kwargs(spec: dict, world: int) -> dict:
+    """The SFTConfig arguments of one rank (a GPU's built anywhere: SFTConfig itself checks for bf16): one step, no
+    clipping (the gradients are compared as computed)."""
     from accelerate import ParallelismConfig
-    from trl import SFTConfig
 
     from longctx.train import on_this_machine
 
     kwargs = dict(
         output_dir=str(Path(spec["out"]) / "trainer"), max_steps=1, seed=spec["seed"], max_length=spec["seq_len"],
         max_grad_norm=0.0, learning_rate=1e-3, per_device_train_batch_size=1, packing=False, save_strategy="no", logging_steps=1,
-        pad_to_multiple_of=spec.get("pad_to_multiple_of"), activation_checkpointing=spec["checkpointing"],
-        # offload: only in the full-length config lesson 04 prints
-        activation_checkpointing_kwargs={"offload": True} if spec.get("offload") else None,
+        activation_checkpointing=spec["checkpointing"],
         **on_this_machine(spec["device"]) | {"bf16": spec["device"] == "cuda"},  # (a GPU's config, built anywhere)
     )  # fmt: skip
     if spec["mode"] == "cp":
         kwargs.update(
-            parallelism_config=Call(ParallelismConfig, {"cp_size": world, "cp_backend": "torch"}),
+            parallelism_config=ParallelismConfig(cp_size=world, cp_backend="torch"),
             fsdp=True,  # transformers 5.24 deprecates the strategy string ("full_shard" is reshard_after_forward=True)
             fsdp_config={"fsdp_version": 2, "reshard_after_forward": True},
         )
     elif spec["mode"] == "sp":
         from accelerate.utils import DeepSpeedSequenceParallelConfig
 
-        handler = Call(DeepSpeedSequenceParallelConfig, {"sp_seq_length_is_variable": True, "sp_attn_implementation": "sdpa"})
+        handler = DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True, sp_attn_implementation="sdpa")
         kwargs.update(
-            parallelism_config=Call(ParallelismConfig, {"sp_size": world, "sp_backend": "deepspeed", "sp_handler": handler}),
+            parallelism_config=ParallelismConfig(sp_size=world, sp_backend="deepspeed", sp_handler=handler),
             deepspeed=deepspeed_config(),
             accelerator_config={"use_configured_state": True},
         )
-    return Call(SFTConfig, kwargs)
+    return kwargs
 
 
 def _full_grads(model, grad_of=lambda p: p.grad) -> dict:
@@ -67,7 +62,7 @@ def main(spec_path: str) -> None:
     import torch
     import torch.distributed as dist
     from transformers import TrainerCallback
-    from trl import SFTTrainer
+    from trl import SFTConfig, SFTTrainer
 
     from longctx import compat, data, models, quiet
     from longctx.memory.measure import TimelineTracker
@@ -129,7 +124,7 @@ def main(spec_path: str) -> None:
         args = dill.loads(Path(spec["args"]).read_bytes())(world)
         check_args(args, mode, world)
     else:
-        args = sft_call(spec, world).build()
+        args = SFTConfig(**sft_kwargs(spec, world))
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tok)
     trainer.add_callback(Measure())
     quiet.no_log_printing(trainer)
