@@ -13,12 +13,9 @@ def _trainer(tmp_path, dataset, **args):
     return SFTTrainer(model=models.load("tiny"), args=config, train_dataset=dataset, processing_class=data.tokenizer())
 
 
-def test_a_max_length_off_the_padding_multiple_is_refused():  # (the multiple itself: the lesson's schema, x-pad)
-    with refused("max_length"):
+def test_auto_and_good_padding_follow_trl_and_a_max_length_off_the_multiple_is_refused():
+    with refused("max_length"):  # (the multiple itself: the lesson's schema, x-pad)
         padding.check_padding(128, 500)
-
-
-def test_auto_and_good_padding_follow_trl():
     assert padding.check_padding("auto", 512, "neuron") == 128 and padding.check_padding("auto", 500, "cpu") is None
     assert padding.check_padding(64, 512) == 64 and padding.check_padding(None, 500) is None
 

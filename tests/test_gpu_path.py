@@ -54,10 +54,7 @@ def test_a_script_only_dataset_is_refused_naming_its_parquet_copy():
     with refused("emozilla/pg19") as err:
         data.long_sequences(64, 1, dataset="deepmind/pg19", tokenizer=data.tokenizer())
     assert "Dataset scripts are no longer supported" in str(err.value)
-
-
-def test_pg19_means_the_parquet_copy():
-    assert data.check_dataset("pg19") == data.PG19 == "emozilla/pg19"
+    assert data.check_dataset("pg19") == data.PG19 == "emozilla/pg19"  # pg19 means the parquet copy
 
 
 def test_the_parquet_export_loads_through_the_hub_code_path():
@@ -91,15 +88,7 @@ def test_models_load_in_the_dtype_asked():
         models.load("tiny", dtype="bfloat")
 
 
-def test_ulysses_uses_torch_adamw_not_a_jit_built_fused_adam():
-    assert deepspeed_config()["optimizer"]["params"]["torch_adam"] is True
-
-
 # -- what each size needs, declared once and checked before a kernel starts
-
-
-def test_the_readme_carries_the_needs_table():
-    assert needs.markdown() in (REPO / "README.md").read_text()
 
 
 def test_a_small_card_is_refused_naming_its_memory(hub_cache):
@@ -148,6 +137,7 @@ def test_list_shows_needs_and_minutes_for_every_size(capsys):
         assert name in out
     sizes = sum(len(harness.sizes(nb)) for nb in harness.notebooks().values())
     assert out.count("stopped after ") == sizes and out.count(" min") == 2 * sizes  # its minutes and its time limit
+    assert needs.markdown() in (REPO / "README.md").read_text()  # the README carries the same table
 
 
 def test_the_ulysses_deepspeed_config_takes_its_numbers_from_the_sftconfig(tmp_path):
@@ -157,7 +147,7 @@ def test_the_ulysses_deepspeed_config_takes_its_numbers_from_the_sftconfig(tmp_p
     ds = HfTrainerDeepSpeedConfig(deepspeed_config())
     ds.trainer_config_process(args)
     assert ds.mismatches == []
-    assert ds.config["optimizer"]["params"]["lr"] == 2e-5
+    assert ds.config["optimizer"]["params"]["lr"] == 2e-5 and ds.config["optimizer"]["params"]["torch_adam"]  # no JIT build
     assert (ds.config["train_micro_batch_size_per_gpu"], ds.config["gradient_accumulation_steps"]) == (2, 4)
 
 

@@ -521,3 +521,28 @@ def test_broken_links_are_found(tmp_path):
     )
     (tmp_path / "b.html").write_text("<p>b</p>")
     assert site.broken_links(tmp_path) == ["a.html: fig.png", "a.html: /assets/x.css"]
+
+
+def test_10_context_extension(ran):
+    r = ran("10_context_extension")
+    res, p = r.results["results"], r.results["params"]
+    mix, runs, full = res["data_mix"], res["runs"], res["full"]
+    # the mix: the short documents' share of the tokens as asked (to within a long document), every token kept, each
+    # long document split; one budget: every run's tokens (TRL's count) the same, the CPU's rate much the same
+    long_share = 2 * p["MULTIPLE"] * p["TRAINED_LENGTH"] / mix["budget"]
+    assert abs(mix["short_token_share"] - p["SHORT_SHARE"]) <= long_share and mix["tokens_kept"] == 1
+    assert mix["pieces"] > mix["documents"]
+    rates = [run["tokens_per_second"] for run in runs.values()]
+    assert {run["tokens"] for run in runs.values()} == {mix["budget"]} and max(rates) < 1.5 * min(rates)
+    # YaRN lowest on the last 20%, apart from every run without it; its short-context cost above no scaling's, apart
+    # below ABF's, which is the highest; the curriculum small with rescaled positions, higher without
+    table, curriculum = res["table"], res["curriculum"]
+    assert res["best"].startswith("YaRN") and max(table, key=lambda k: table[k]["short_cost"]).startswith("ABF")
+    assert all(v["apart"] and v["diff"] > 0 for k, v in res["against_best"].items() if not k.startswith("YaRN"))
+    assert 0 < res["short_vs"]["no scaling"]["diff"] < 0.1 and res["short_vs"]["ABF"]["high"] < 0
+    assert all(abs(curriculum[n]["diff"]) < 0.03 for n in ("YaRN", "ABF")) and 0 < curriculum["no scaling"]["diff"] < 0.1
+    # at full size the curriculum's first stage is cheaper a token, so it takes fewer GPU-hours; each stage fits
+    assert res["gpu_hours"]["curriculum"] < res["gpu_hours"]["direct"]
+    assert full["first"]["tokens_per_second"] > full["new"]["tokens_per_second"]
+    assert all(row["fit"].startswith("fits") and row["kernel"].startswith("FlashAttention-2") for row in full.values())
+    assert res["exercise_3_passed"] and (r.out / "figures" / "context_extension_pertoken.png").exists()

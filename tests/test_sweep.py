@@ -45,16 +45,16 @@ def killed_then_resumed(tmp_path_factory):
     while len(_done(out)) < 1 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # mid-way: the second point is running
-    proc.wait()
+    killed = proc.communicate()[0].decode(errors="replace")  # what it said: shown should the resume go wrong
     first = {p.parent.name: p.stat().st_mtime_ns for p in _done(out)}
     resumed = subprocess.run(cli, env=ENV, capture_output=True, text=True, timeout=300)
-    return out, first, resumed
+    return out, first, resumed, killed
 
 
 def test_a_killed_sweep_resumes_only_the_missing_points_and_tabulates_them(killed_then_resumed):
-    out, first, resumed = killed_then_resumed
+    out, first, resumed, killed = killed_then_resumed
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert len(first) == 1 and "1 of 2 points already done; running 1" in resumed.stdout
+    assert len(first) == 1 and "1 of 2 points already done; running 1" in resumed.stdout, (first, killed, resumed.stdout)
     after = {p.parent.name: p.stat().st_mtime_ns for p in _done(out)}
     assert len(after) == 2 and all(after[name] == stamp for name, stamp in first.items())  # finished: not recomputed
     assert not list((out / "points").glob(".*.tmp-*"))  # the killed point's half result is gone

@@ -209,9 +209,9 @@ def loss_along_sequence(curves: dict[str, np.ndarray], trained: int, ax=None, un
     from longctx.curves import smooth
 
     for name, curve in curves.items():
-        positions, color = np.arange(1, len(curve) + 1), COLORS.get(name)
-        ax.plot(positions, curve, lw=0.4, alpha=0.35, color=color)
-        ax.plot(positions, smooth(curve, window), lw=1.6, color=color, label=f"{name} (smoothed)")
+        positions = np.arange(1, len(curve) + 1)
+        [raw] = ax.plot(positions, curve, lw=0.4, alpha=0.35, color=COLORS.get(name))  # (else the next colour)
+        ax.plot(positions, smooth(curve, window), lw=1.6, color=raw.get_color(), label=f"{name} (smoothed)")
     _trained_mark(ax, trained)
     if unigram is not None:
         ax.axhline(unigram, color="grey", ls="--", lw=1, label=f"unigram entropy {unigram:.2f}")

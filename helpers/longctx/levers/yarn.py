@@ -31,9 +31,11 @@ def per_token_loss(model, dataset, *, batch: int = 8, progress: bool = True) -> 
     return (total / len(dataset)).numpy()
 
 
-def window_losses(model, dataset, *, batch: int = 8, progress: bool = True) -> np.ndarray:
-    """Mean loss of each sequence of `dataset` (what a trainer's first step reports, window by window)."""
-    return torch.cat([nll.mean(1) for nll in _token_losses(model, dataset, batch, progress, "window losses")]).numpy()
+def window_losses(model, dataset, *, batch: int = 8, progress: bool = True, positions=slice(None)) -> np.ndarray:
+    """Mean loss of each sequence of `dataset` (what a trainer's first step reports, window by window), over the
+    predicted `positions` (a slice: lesson 10 scores the last stretch of each window apart)."""
+    losses = _token_losses(model, dataset, batch, progress, "window losses")
+    return torch.cat([nll[:, positions].mean(1) for nll in losses]).numpy()
 
 
 def load_model(spec: str, *, trained=None, wanted=None, beta_fast=None, dtype: str = "fp32"):

@@ -19,6 +19,7 @@ GUIDE_FIGURES = {
     **dict.fromkeys(["tiled_mlp_cpu_profile_tiled", "tiled_mlp_cpu_scaling", "tiled_mlp_full_scaling"], "07_tiled_mlp"),
     "packing_lengths_and_padding": "08_packing",
     "alst_one_gpu_ladder": "09_host_state",
+    "context_extension_pertoken": "10_context_extension",  # past the guide: six extension recipes on one budget
 }
 
 
@@ -46,8 +47,8 @@ def regenerate(size="cpu", out: str | Path | None = None, *, runs: dict | None =
     with files.staging(out) as tmp:
         lines = [
             f"# Guide figures ({size} size)\n\nEach from the run named under it (`longctx figures --size {size}`); "
-            "the `passkey_*` (lesson 02), `tiled_mlp_*` (07), `packing_*` (08) and `alst_*` (09, ALST) "
-            "ones go past the guide.\n"
+            "the `passkey_*` (lesson 02), `tiled_mlp_*` (07), `packing_*` (08), `alst_*` (09, ALST) and "
+            "`context_extension_*` (10) ones go past the guide.\n"
         ]
         for name, nb in GUIDE_FIGURES.items():
             for ext in ("png", "svg"):
