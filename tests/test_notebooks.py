@@ -528,12 +528,11 @@ def test_10_context_extension(ran):
     res, p = r.results["results"], r.results["params"]
     mix, runs, full = res["data_mix"], res["runs"], res["full"]
     # the mix: the short documents' share of the tokens as asked (to within a long document), every token kept, each
-    # long document split; one budget: every run's tokens (TRL's count) the same, the CPU's rate much the same
+    # long document split; one budget: every run's tokens (TRL's count) the same
     long_share = 2 * p["MULTIPLE"] * p["TRAINED_LENGTH"] / mix["budget"]
     assert abs(mix["short_token_share"] - p["SHORT_SHARE"]) <= long_share and mix["tokens_kept"] == 1
     assert mix["pieces"] > mix["documents"]
-    rates = [run["tokens_per_second"] for run in runs.values()]
-    assert {run["tokens"] for run in runs.values()} == {mix["budget"]} and max(rates) < 1.5 * min(rates)
+    assert {run["tokens"] for run in runs.values()} == {mix["budget"]}
     # YaRN lowest on the last 20%, apart from every run without it; its short-context cost above no scaling's, apart
     # below ABF's, which is the highest; the curriculum small with rescaled positions, higher without
     table, curriculum = res["table"], res["curriculum"]
