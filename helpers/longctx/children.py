@@ -119,26 +119,23 @@ def pool_map(fn, calls: list, workers: int, bar, start: str = "spawn") -> list:
     return results
 
 
-class _Expired(BaseException):
-    """Raised by the alarm: a BaseException, so the `except Exception` in a library the block calls cannot swallow it."""
-
-
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str):
-    """Stop the block after `seconds` (SIGALRM, in the main thread: a command's own work, such as an estimate that a
-    model family's per-token fallback in transformers would make run for hours), naming what ran past its limit."""
-    from longctx.errors import LongctxError
+    """End this process after `seconds` (SIGALRM, in the main thread: a command's own work, such as an estimate that a
+    model family's per-token fallback in transformers would make run for hours), naming what ran past its limit, with
+    the CLI's status for a refusal (2). It ends the process rather than raising: an exception raised from the alarm
+    inside a Python callback of torch's C++ code (a fake tensor's dispatch) has aborted the interpreter."""
 
     def stop(signum, frame):
-        raise _Expired
+        kill_trees([p.pid for p in psutil.Process().children()])  # a plan's workers too
+        said = f"longctx: error: {what} ran past its limit of {seconds / 60:g} min and was stopped; raise --timeout.\n"
+        os.write(2, said.encode())
+        os._exit(2)
 
     before = signal.signal(signal.SIGALRM, stop)
-    try:  # (armed inside: a limit that fires at once is the same refusal)
-        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # fires again each second should a bare `except:` catch it
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
         yield
-    except _Expired:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        raise LongctxError(f"{what} ran past its limit of {seconds / 60:g} min and was stopped; raise --timeout.") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
