@@ -9,7 +9,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from longctx import LongctxError, guide, pretrain, recipe
+from longctx import LongctxError, guide, passkey, pretrain, recipe
 from longctx.levers import rope
 from longctx.memory.estimate import DEFAULT_DTYPE
 from longctx.paths import REPO, data_dir
@@ -544,4 +544,21 @@ def test_10_context_extension(ran):
     assert res["gpu_hours"]["curriculum"] < res["gpu_hours"]["direct"]
     assert full["first"]["tokens_per_second"] > full["new"]["tokens_per_second"]
     assert all(row["fit"].startswith("fits") and row["kernel"].startswith("FlashAttention-2") for row in full.values())
+    # the probe, an order only where the exact intervals part: the base and no scaling find the keys inside, ABF and
+    # YaRN lose them there; past the range YaRN alone finds keys; a curriculum moves no recipe apart from its run
+    probe = {k: {part: p["interval"] for part, p in v.items()} for k, v in res["probe"].items()}
+    above = lambda a, b: a[0] > b[1]  # noqa: E731
+    assert all(above(probe["base"]["inside"], probe[f"{n}, direct"]["inside"]) for n in ("ABF", "YaRN"))
+    assert not above(probe["base"]["inside"], probe["no scaling, direct"]["inside"])
+    assert all(above(probe["YaRN, direct"]["beyond"], probe[f"{n}, direct"]["beyond"]) for n in ("no scaling", "ABF"))
+    assert not any(
+        above(probe[f"{n}, {a}"]["beyond"], probe[f"{n}, {b}"]["beyond"])
+        for n in ("no scaling", "ABF", "YaRN")
+        for a, b in (("curriculum", "direct"), ("direct", "curriculum"))
+    )
+    # chat SFT: the loss on the key and the end-of-text token only; the paired count is the accuracies' difference
+    chat = res["chat"]
+    assert res["chat_mask"]["loss_tokens"] == passkey.KEY_LENGTH + 1 < res["chat_mask"]["tokens"]
+    moved = chat["YaRN, direct + chat SFT"]["all"]["accuracy"] - chat["YaRN, direct"]["all"]["accuracy"]
+    assert chat["changed"]["gained"] - chat["changed"]["lost"] == round(moved * chat["YaRN, direct"]["all"]["n"])
     assert res["exercise_3_passed"] and (r.out / "figures" / "context_extension_pertoken.png").exists()

@@ -182,8 +182,8 @@ def _relations(params, relations):
             why = f"has {bad[0]}, which does not divide {other[0]} ({params[other[0]]})" if bad else None
         elif kind == "cp_plan" and _num(value) and _num(params.get(other[1])) and isinstance(params.get(other[0]), str):
             why = _cp_plan(params[other[0]], params[other[1]], value)
-        elif kind == "needed_unless" and not value and params.get(other[0], other[1]) != other[1]:  # (both given)
-            why = f"must be set when {other[0]} is not {other[1]!r}"
+        elif kind == "needed_unless" and not value and params.get(other[0], other[1]) not in other[1:]:  # (both given)
+            why = f"must be set when {other[0]} is not " + " or ".join(map(repr, other[1:]))
         if why:
             yield ValidationError(f"{name}={_brief(value)} {why}")
 
