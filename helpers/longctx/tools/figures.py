@@ -19,7 +19,6 @@ GUIDE_FIGURES = {
     **dict.fromkeys(["tiled_mlp_cpu_profile_tiled", "tiled_mlp_cpu_scaling", "tiled_mlp_full_scaling"], "07_tiled_mlp"),
     "packing_lengths_and_padding": "08_packing",
     "alst_one_gpu_ladder": "09_host_state",
-    # past the guide: six extension recipes on one budget, their loss along the sequence and the pass key they find
     **dict.fromkeys(["context_extension_pertoken", "context_extension_passkey"], "10_context_extension"),
 }
 
